@@ -38,7 +38,7 @@ FANOUT = 10
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("PUBLISH decoding (paho's Properties)", ("decode_publish",)),
     ("hand-off to core (on_message, channel queue, wake-up)", ("_handle_on_message", "published")),
-    ("PUBLISH decoding (wsnmom's subscriber)", ("sub_codec",)),
+    ("PUBLISH decoding (wsnmom's subscriber)", ("sub_codec", "sub_fields")),
     ("HTTP posts to the consumer", ("_Pusher.send",)),
     ("prepare (decode, filters)", ("Channel._prepare",)),
     ("settling, PUBACK", ("Delivery.ack", "_settle", "Channel._after_send")),

@@ -7,8 +7,9 @@ delivery scenario: the same count of messages published and consumed with the mi
 own client library.  To cover another middleware, subclass it and add it to ``MIDDLEWARES``
 (``PLANNED`` lists those that are reported as not available until then).
 
-RabbitMQ nodes and tansu (Kafka) nodes come from ``tests/fixtures/brokers.py`` (``RabbitNode``,
-``TansuNode``), Mosquitto from ``tests/fixtures/mosquitto.py`` (``MosquittoNode``), the same
+RabbitMQ nodes come from ``tests/fixtures/brokers.py`` (``RabbitNode``), tansu (Kafka) nodes
+from ``tests/fixtures/tansu.py`` (``TansuNode``), Mosquitto from ``tests/fixtures/mosquitto.py``
+(``MosquittoNode``), the same
 code the test suite uses; ``WSNMOM_BENCH_AMQP_URL``, ``WSNMOM_BENCH_KAFKA_BOOTSTRAP`` and
 ``WSNMOM_BENCH_MQTT_URL`` point the benchmark at an existing broker instead.
 """
@@ -476,7 +477,7 @@ class RabbitMQ(LocalNodeMiddleware):
 
 
 class Kafka(RawModuleMiddleware):
-    """Kafka: a private tansu node from tests/fixtures/brokers.py (``TansuNode``), or the
+    """Kafka: a private tansu node from tests/fixtures/tansu.py (``TansuNode``), or the
     cluster named by ``WSNMOM_BENCH_KAFKA_BOOTSTRAP``; raw baseline with confluent-kafka."""
 
     name = "kafka"
@@ -484,7 +485,7 @@ class Kafka(RawModuleMiddleware):
     client_modules = ("confluent_kafka",)
     raw_module = "bench.kafka_raw"
     env_var = "WSNMOM_BENCH_KAFKA_BOOTSTRAP"
-    fixture_module = "tests.fixtures.brokers"
+    fixture_module = "tests.fixtures.tansu"
     node_class = "TansuNode"
     address_attribute = "bootstrap"
 

@@ -211,9 +211,11 @@ class Channel(ChannelGiveUp[T]):
             items.extend(prepared)
         return take, items
 
-    def _requeue_head(self, gen: int, more: list[Received]) -> None:
-        """Give ``more`` (taken from the head of the queue) back to it; stopped meanwhile:
-        unsettled, for the middleware to redeliver."""
+    def _requeue_head(self, gen: int, more: list[Received], *, rerun: bool = True) -> bool:
+        """Give ``more`` (taken from the head of the queue) back to it, and whether it went
+        back: stopped meanwhile (``gen`` is no longer current), unsettled, for the
+        middleware to redeliver (kept while parking).  Without ``rerun`` a run asked for
+        meanwhile is dropped with the requeue (the caller schedules the next)."""
         with self._lock:
             current = gen == self._gen and not self._stopped
             if current:
@@ -221,10 +223,13 @@ class Channel(ChannelGiveUp[T]):
                 if q is None:
                     q = self._queue = deque()
                 q.extendleft(reversed(more))
+                if not rerun:
+                    self._rerun = False
             parked = self._parking
         if not current and not parked:
             for received in more:
                 self._settle(received, ack=False)
+        return current
 
     def _attempt_safely(self, batch: list[T], lane: Lane | None) -> Attempted:
         """:meth:`_attempt`; an unexpected exception (a bug) is a failed attempt, retried
@@ -302,20 +307,8 @@ class Channel(ChannelGiveUp[T]):
         """``prepare`` said later: ``take`` goes back to the head of the queue and the
         channel runs again after ``delay`` (the caller's ``finally`` clears
         ``_running``)."""
-        with self._lock:
-            current = gen == self._gen and not self._stopped
-            if current:
-                q = self._queue
-                if q is None:
-                    q = self._queue = deque()
-                q.extendleft(reversed(take))
-                self._rerun = False
-            parked = self._parking
-        if current:
+        if self._requeue_head(gen, take, rerun=False):
             self.engine._later(delay, self, gen)
-        elif not parked:
-            for received in take:
-                self._settle(received, ack=False)
 
     def _after_send(
         self,

@@ -13,20 +13,16 @@
 * takes the leadership when it is free: periodic work (expiry, overflow ends, demand
   reconciliation) runs only on the leader (:meth:`ClusterMember.leads`).
 
-The **follow** thread follows what other instances wrote (``core.follow``), woken by the
-store (LISTEN/NOTIFY) and at least every ``cluster.poll`` seconds.  Following a
-subscription made through another instance declares it in the middleware (round trips):
-a burst of Subscribes keeps this thread busy for as long as it lasts, which on the
-heartbeat's thread outlasted the lease (every shard then moved to another instance and
-back, docs/scale-out.md).  A change whose following failed (the middleware closed the
-connection under its declaration) is followed again, first after
-:data:`FOLLOW_RETRY_EVERY` seconds, the wait doubling up to :data:`FOLLOW_RETRY_LONGEST`,
-for as long as it fails (each try re-reads the store: a resource destroyed meanwhile stops
-failing); one failing for :data:`FOLLOW_RETRY_ALARM` seconds is logged as an ERROR, and
-``wsnmom_cluster_follow_failing`` counts those pending.  Only the heartbeat thread writes
-the leases' state (``_held``, ``_valid_until``, ``_released_until``; ``stop`` once the
-threads ended); other threads read it (:meth:`ClusterMember.delivers`,
-:meth:`ClusterMember.may_save`).
+The **follow** thread (``core.follow_thread``) follows what other instances wrote
+(``core.follow``), woken by the store (LISTEN/NOTIFY) and at least every ``cluster.poll``
+seconds.  Following a subscription made through another instance declares it in the
+middleware (round trips): a burst of Subscribes keeps this thread busy for as long as it
+lasts, which on the heartbeat's thread outlasted the lease (every shard then moved to
+another instance and back, docs/scale-out.md).  A change whose following failed is
+followed again until it succeeds, and ``wsnmom_cluster_follow_failing`` counts those
+pending.  Only the heartbeat thread writes the leases' state (``_held``, ``_valid_until``,
+``_released_until``; ``stop`` once the threads ended); other threads read it
+(:meth:`ClusterMember.delivers`, :meth:`ClusterMember.may_save`).
 
 On a store only one instance opens (SQLite) there is no thread: the instance leads and
 delivers everything.
@@ -42,14 +38,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from itertools import takewhile
+from dataclasses import dataclass, field
 
 from wsnmom.core import metrics
-from wsnmom.core.cluster_status import ClusterCounts, ClusterStatus
 from wsnmom.core.config import ClusterSettings
-from wsnmom.core.coordination import Change, Coordination, InstanceInfo, shard_of
+from wsnmom.core.coordination import Coordination, InstanceInfo, shard_of
 from wsnmom.core.follow import Follower
+from wsnmom.core.follow_thread import FollowThread
 
 __all__ = ["ClusterCounts", "ClusterMember", "ClusterStatus"]
 
@@ -57,15 +52,6 @@ log = logging.getLogger(__name__)
 
 #: seconds ``ClusterMember.stop`` waits for its threads before handing back
 STOP_WAIT = 1.0
-#: seconds until a change whose following failed (a middleware that closed the
-#: connection, a store that did not answer) is followed again; the wait doubles after
-#: each failure, up to ``FOLLOW_RETRY_LONGEST``.  It is never given up: a subscription
-#: made elsewhere and unknown here is delivered by nobody when this instance holds its
-#: shard
-FOLLOW_RETRY_EVERY = 2.0
-FOLLOW_RETRY_LONGEST = 60.0
-#: seconds of failing after which a change's following is logged as an ERROR (once)
-FOLLOW_RETRY_ALARM = 300.0
 
 
 def _shards_text(shards: Iterable[int]) -> str:
@@ -73,14 +59,47 @@ def _shards_text(shards: Iterable[int]) -> str:
 
 
 @dataclass(slots=True)
-class _Retry:
-    """A change whose following failed: when it first failed, when it is tried next, and
-    the wait after its next failure."""
+class ClusterCounts:
+    """What this instance's heartbeats did since it started."""
 
-    first: float
-    at: float
-    wait: float
-    alarmed: bool = False
+    renewals: int = 0
+    heartbeat_failures: int = 0
+    #: shards taken when free or handed over
+    taken: int = 0
+    #: shards taken from an instance whose lease had expired
+    failovers: int = 0
+    #: shards handed back above the fair share
+    released: int = 0
+    #: shards given up because their leases could not be renewed in time
+    expired: int = 0
+    #: seconds the last heartbeat's transaction took (None: none yet)
+    store_seconds: float | None = None
+    #: seconds the longest round of following the change log took (None: none yet)
+    follow_longest: float | None = None
+    #: changes whose following failed and is tried again (now)
+    follow_failing: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStatus:
+    """This instance and the cluster, for operators (``wsnmom cluster status``)."""
+
+    instance: str
+    #: whether other instances may share the store (PostgreSQL)
+    shared: bool
+    leader: bool
+    #: shards the push subscriptions are hashed into
+    shards: int
+    lease: float
+    #: shards this instance delivers, with their epochs
+    held: dict[int, int]
+    #: seconds until this instance stops delivering unless a heartbeat renews its leases
+    lease_left: float | None
+    counts: ClusterCounts
+    #: every instance on the store, newest heartbeat first
+    instances: list[InstanceInfo] = field(default_factory=list)
+    #: why ``instances`` is empty ("" when the store answered)
+    error: str = ""
 
 
 class ClusterMember:
@@ -100,7 +119,6 @@ class ClusterMember:
         self.coordination = coordination
         self.shared = coordination.shared
         self._settings = settings
-        self._follower = follower
         self._gained = gained
         self._lost = lost
         self._became_leader = became_leader
@@ -118,16 +136,16 @@ class ClusterMember:
         #: ``token``): written before ``_released_until``, kept as long as it
         self._released_epochs: dict[int, int] = {}
         self._leader = not self.shared
-        self._cursor = 0
-        #: changes whose following failed, followed again (``_remember_failed``)
-        self._failed: dict[Change, _Retry] = {}
         self._stop = threading.Event()
+        self._following = FollowThread(
+            coordination, follower, settings.poll, self._stop, lambda: self._instance
+        )
         self._threads: list[threading.Thread] = []
         self._counts = ClusterCounts()
         metrics.set_cluster_sources(
             lambda: len(self._held) if self.shared else settings.shards,
             lambda: float(self._leader),
-            lambda: len(self._failed),
+            lambda: len(self._following),
         )
 
     # -- what the broker asks --------------------------------------------------------------
@@ -222,8 +240,8 @@ class ClusterMember:
                 c.released,
                 c.expired,
                 c.store_seconds,
-                c.follow_longest,
-                len(self._failed),
+                self._following.longest,
+                len(self._following),
             ),
             instances=instances,
             error=error,
@@ -237,7 +255,7 @@ class ClusterMember:
         self.coordination.join(address, version, single_instance=single_instance)
         if not self.shared:
             return
-        self._cursor = self.coordination.cursor()
+        self._following.cursor = self.coordination.cursor()
         self._beat(notify=False)
         self._leader = self.coordination.lead()
         if self._leader:
@@ -253,7 +271,7 @@ class ClusterMember:
             return
         self._threads = [
             threading.Thread(target=self._run_heartbeat, name="wsnmom-heartbeat", daemon=True),
-            threading.Thread(target=self._run_follow, name="wsnmom-follow", daemon=True),
+            threading.Thread(target=self._following.run, name="wsnmom-follow", daemon=True),
         ]
         for thread in self._threads:
             thread.start()
@@ -310,69 +328,6 @@ class ClusterMember:
             if self._held:
                 wake = min(wake, self._valid_until)
             self._stop.wait(max(0.01, wake - time.monotonic()))
-
-    def _run_follow(self) -> None:
-        """Follow the change log, woken by the store or every ``cluster.poll`` seconds."""
-        poll = self._settings.poll
-        while not self._stop.is_set():
-            self._follow()
-            try:
-                self.coordination.wait(poll)
-            except Exception:
-                log.debug("waiting for store changes failed", exc_info=True)
-                self._stop.wait(poll)
-
-    def _follow(self) -> None:
-        started = time.monotonic()
-        try:
-            self._cursor, changes = self.coordination.changes(self._cursor)
-        except Exception:
-            log.debug("reading the change log failed", exc_info=True)
-            return
-        # a change whose following failed earlier first, when its wait is over (a
-        # subscription declared in the middleware when it was made elsewhere: unknown
-        # here, nobody would deliver it)
-        fresh = set(changes)
-        again = [c for c, r in self._failed.items() if started >= r.at and c not in fresh]
-        if again or changes:
-            tried = [*again, *changes]
-            # a burst is thousands of middleware declarations: a stop does not wait for them
-            failed = self._follower.apply(takewhile(lambda _: not self._stop.is_set(), tried))
-            self._remember_failed(tried, failed)
-        took = time.monotonic() - started
-        metrics.CLUSTER_FOLLOW_SECONDS.observe(took)
-        longest = self._counts.follow_longest
-        if longest is None or took > longest:
-            self._counts.follow_longest = took
-
-    def _remember_failed(self, tried: list[Change], failed: list[Change]) -> None:
-        """Forget the changes of ``tried`` followed now; schedule those of ``failed`` again
-        (the wait doubling from :data:`FOLLOW_RETRY_EVERY` to
-        :data:`FOLLOW_RETRY_LONGEST`), with an ERROR once one fails for
-        :data:`FOLLOW_RETRY_ALARM` seconds."""
-        now = time.monotonic()
-        still = set(failed)
-        for change in tried:
-            if change not in still:
-                self._failed.pop(change, None)
-        for change in failed:
-            r = self._failed.get(change)
-            if r is None:
-                r = self._failed[change] = _Retry(now, 0.0, FOLLOW_RETRY_EVERY)
-            r.at = now + r.wait
-            r.wait = min(r.wait * 2, FOLLOW_RETRY_LONGEST)
-            if not r.alarmed and now - r.first >= FOLLOW_RETRY_ALARM:
-                r.alarmed = True
-                log.error(
-                    "instance %s has failed to follow %s %s for %.0f s: it tries again "
-                    "every %.0f s; until then nobody may deliver it (its shard's owner "
-                    "does not know it)",
-                    self._instance,
-                    change.kind,
-                    change.id,
-                    now - r.first,
-                    FOLLOW_RETRY_LONGEST,
-                )
 
     def _take_lead(self) -> None:
         if self._leader:

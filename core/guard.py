@@ -9,10 +9,11 @@ model).
   owner by the registry (:class:`~wsnmom.core.registry.OwnedMap`); reaching a bound
   refuses the creation with the operation's own fault naming the bound.  Concurrent
   creations by one identity may pass a bound by the number of requests in flight.
-* Ad-hoc topics: a new topic (a Notify's, a RegisterPublisher's, a SubscriptionEnd
-  topic) is admitted to the topic set only while it holds fewer than
-  ``quotas.ad_hoc_topics`` topics beyond the declared ones; beyond, it is refused with
-  TopicNotSupportedFault naming the bound.  A request's new topics are checked in order
+* Ad-hoc topics: a new topic (a Notify's to the broker, not to a pull point: see
+  ``core.inbound``; a RegisterPublisher's, a SubscriptionEnd topic) is admitted to the
+  topic set only while it holds fewer than ``quotas.ad_hoc_topics`` topics beyond the
+  declared ones; beyond, it is refused with TopicNotSupportedFault naming the bound.
+  A request's new topics are checked in order
   and admitted together once every other check passed (the Notify ACL, a registration,
   the fan-out bound...), or none: a refused request admits nothing; the topics of
   resources accepted before (a restart's, another instance's) are admitted whatever

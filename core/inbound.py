@@ -4,7 +4,13 @@ middleware, and the current message per topic (GetCurrentMessage).
 A Notify is validated as a whole before anything is published (topics resolved and
 checked against the topic set, ``requires_registration`` checked, the fan-out bound) and
 answered only once the middleware confirmed every message.  Its new topics are admitted
-to the topic set together, once every check passed: a refused Notify admits none.
+to the topic set together, once every check passed: a refused Notify admits none.  A
+Notify sent to a pull point admits nothing: the topic set is the broker's, the
+NotificationProducer's (BN §4.1: the topics it supports), and a pull point is a
+NotificationConsumer whose messages go only into its inbox (BN §5.1.1: it accumulates
+what it is sent, with no constraint of its own), so its topics are checked only against
+their declared namespaces' rules, never against the set's members, its fixedness or
+``quotas.ad_hoc_topics``.
 
 With ``requires_registration`` a message is accepted when its ProducerReference address
 equals the PublisherReference of a live registration whose topics cover the message's
@@ -59,6 +65,7 @@ class Inbound:
         registration_check: bool,
         stamp: bool = False,
         admit: bool = True,
+        into_pull_point: bool = False,
     ) -> list[NotificationMessage]:
         """Validate a Notify's messages and make them NotificationMessages.
 
@@ -72,8 +79,7 @@ class Inbound:
         each producer/topic pair checked against the registrations once.  A Notify is
         validated in message order and refused as a whole at its first invalid message;
         its new topics are admitted together at the end, all or none (``admit``; False:
-        the caller does, :meth:`admit`, after checks of its own).
-        """
+        the caller does, :meth:`admit`; ``into_pull_point``: never, see the module's)."""
         ctx = self._ctx
         now = ctx.now()
         ids = new_message_ids(len(items))
@@ -91,7 +97,7 @@ class Inbound:
         via_in: tuple[str, ...] | None = None
         via_out: tuple[str, ...] | None = ()
         out: list[NotificationMessage] = []
-        new: dict[Topic, None] = {}  # this Notify's topics the set does not hold yet
+        new: dict[Topic, None] | None = None if into_pull_point else {}  # None: none kept
         for item, message_id in zip(items, ids, strict=True):
             via = item.via
             if stamp:
@@ -133,11 +139,15 @@ class Inbound:
             self.admit(out)
         return out
 
-    def _check_topic(self, topic: Topic, new: dict[Topic, None]) -> None:
+    def _check_topic(self, topic: Topic, new: dict[Topic, None] | None) -> None:
         """Check ``topic`` (after the ACL and the registration: refused there, the bound is
         not the reason given) as a Notify's next topic after ``new``, its new topics
-        before it (to which it is added if new); nothing is admitted yet."""
-        if topic not in new:
+        before it (to which it is added if new); nothing is admitted yet.  ``new`` None: a
+        Notify to a pull point, whose topics only their namespaces' rules check."""
+        if new is None:
+            with topic_errors():
+                self._ctx.topic_set.check_name(topic)
+        elif topic not in new:
             with topic_errors():
                 if self._ctx.guard.check_topic(topic, ahead=len(new)):
                     new[topic] = None

@@ -40,15 +40,20 @@ class Later:
         self._cv = threading.Condition()
         self._due: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
-        self._ready: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        #: due calls for the workers; None ends a worker (``close``)
+        self._ready: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._started = 0
         self._idle = 0
         self._timing: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
+        self._closed = False
 
     def call(self, delay: float, fn: Callable[[], None]) -> None:
         """Call ``fn`` (no arguments) in ``delay`` seconds on one of the shared threads;
         what it raises is logged."""
         with self._cv:
+            if self._closed:
+                raise RuntimeError(f"{self._name} is closed")
             heapq.heappush(self._due, (time.monotonic() + delay, next(self._seq), fn))
             if self._timing is None:
                 self._timing = self._thread(self._time, "timer")
@@ -59,15 +64,33 @@ class Later:
         with self._cv:
             return self._started + (self._timing is not None)
 
+    def close(self, timeout: float = 5.0) -> None:
+        """Drop the calls not yet due and end the threads once the calls being made
+        return (waiting up to ``timeout`` for them).  For instances of a lifetime shorter
+        than the process's (tests); the shared one is never closed."""
+        with self._cv:
+            self._closed = True
+            self._due.clear()
+            threads = list(self._threads)
+            for _ in range(self._started):
+                self._ready.put(None)
+            self._cv.notify_all()
+        deadline = time.monotonic() + timeout
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
     def _thread(self, target: Callable[[], None], role: str) -> threading.Thread:
         thread = threading.Thread(target=target, name=f"{self._name}-{role}", daemon=True)
         thread.start()
+        self._threads.append(thread)
         return thread
 
     def _time(self) -> None:
         while True:
             with self._cv:
                 while True:
+                    if self._closed:
+                        return
                     wait = self._due[0][0] - time.monotonic() if self._due else None
                     if wait is not None and wait <= 0:
                         break
@@ -83,6 +106,8 @@ class Later:
     def _work(self) -> None:
         while True:
             fn = self._ready.get()
+            if fn is None:
+                return
             try:
                 fn()
             except Exception:

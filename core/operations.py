@@ -5,7 +5,9 @@ what only the running gateway knows: how many messages wait for each subscriptio
 point (one bulk ``Adapter.depths`` call for all of them), each push subscription's delivery
 state (failures, next retry, last error), message counts and rates per topic, and whether
 the middleware answers.  :class:`Operations` assembles that as plain records; the admin
-page and its JSON API (``soap_frontend.admin_api``) render them.
+page and its JSON API (``soap_frontend.admin_api``) render them.  The overview's light
+scan of every subscription, its totals and its choice of those needing attention most are
+``core.overview_scan`` (whose :class:`SubscriptionTotals` this module re-exports).
 
 Purge, an operator's action, lives with the resource kinds (``Subscriptions.purge``,
 ``PullPoints.purge``); pause, resume and unsubscribe are the WS-N operations themselves.
@@ -13,17 +15,14 @@ Purge, an operator's action, lives with the resource kinds (``Subscriptions.purg
 
 from __future__ import annotations
 
-import heapq
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
 
 from wsnmom.core.adapter import SubscriptionHandle
 from wsnmom.core.availability import middleware_reason, store_reason
-from wsnmom.core.channel import Channel
 from wsnmom.core.context import BrokerContext
 from wsnmom.core.delivery import ChannelStatus
 from wsnmom.core.delivery_policy import EffectivePolicy, effective
@@ -37,6 +36,7 @@ from wsnmom.core.model import (
     SubscriptionState,
     shallow_copy,
 )
+from wsnmom.core.overview_scan import Found, SubscriptionTotals, needing_attention, scan, totals
 from wsnmom.core.redaction import redact_url
 from wsnmom.core.registry import LivePullPoint, LiveSubscription
 from wsnmom.core.topic_stats import TopicCount
@@ -156,20 +156,6 @@ class AdapterHealth:
     reason: str = ""
     #: why the store does not answer ("" when it answers or says nothing)
     store_reason: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class SubscriptionTotals:
-    """The overview's counts over every live subscription."""
-
-    count: int
-    paused: int
-    #: push subscriptions whose delivery failed at least once since its last success
-    failing: int
-    #: the known backlogs summed (those of routed subscriptions are 0)
-    backlog: int
-    #: subscriptions with a queue of their own whose backlog the middleware cannot tell
-    backlog_unknown: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,7 +301,7 @@ class Operations:
         paused = SubscriptionState.PAUSED
         with registry.lock:
             found = [
-                _Found(s, r.id, r.state is paused, r.creation_time, r.pull_point_id)
+                Found(s, r.id, r.state is paused, r.creation_time, r.pull_point_id)
                 for s in registry.subscriptions.values()
                 if not is_expired((r := s.record).termination_time, now)
             ]
@@ -334,8 +320,8 @@ class Operations:
         ]
         handles += [p.handle for p in pps]
         depths = dict(zip((id(h) for h in handles), self._depths(handles), strict=True))
-        seen = _scan(found, depths, ctx.engine.channel)
-        chosen = _needing_attention(seen, limit)
+        seen = scan(found, depths, ctx.engine.channel)
+        chosen = needing_attention(seen, limit)
         with registry.lock:
             records = [shallow_copy(c.found.state.record) for c in chosen]
         sub_status = [
@@ -353,7 +339,7 @@ class Operations:
             time=time.time(),
             health=self.health(),
             subscriptions=sub_status,
-            subscription_totals=_totals(seen),
+            subscription_totals=totals(seen),
             pull_points=pp_status,
             registrations=[RegistrationStatus(r, ctx.registration_address(r.id)) for r in regs],
             topics=ctx.topic_stats.snapshot(),
@@ -415,76 +401,3 @@ class Operations:
             waiting=waiting,
             feeding=tuple(sorted(feeding)),
         )
-
-
-@dataclass(slots=True)
-class _Found:
-    """What the overview reads of each live subscription under the registry's lock (not
-    frozen: a frozen dataclass's ``__init__`` costs several times more, made 100,000
-    times per poll)."""
-
-    state: LiveSubscription
-    id: str
-    paused: bool
-    creation_time: datetime
-    pull_point_id: str | None
-
-
-@dataclass(slots=True)
-class _Seen:
-    """One subscription as the overview's scan saw it: its channel's failures (0 for a
-    routed one or a channel not open) and its backlog (None: unknown)."""
-
-    found: _Found
-    failures: int
-    backlog: int | None
-
-
-def _scan(
-    found: Sequence[_Found],
-    depths: dict[int, int | None],
-    channel: Callable[[str], Channel[Any] | None],
-) -> list[_Seen]:
-    """Each subscription's failures and backlog, as :class:`SubscriptionStatus` gives them
-    (``delivery.failures``, ``backlog``), from its channel's ``failures`` and ``held()``:
-    a tenth of the cost of its ``status()``, which copies the whole delivery state."""
-    out = []
-    for f in found:
-        handle = f.state.handle
-        if handle is None:
-            out.append(_Seen(f, 0, 0))
-            continue
-        open_channel = channel(f.id)
-        failures, held = 0, 0
-        if open_channel is not None:
-            failures, held = open_channel.failures, open_channel.held()
-        waiting = depths.get(id(handle))
-        out.append(_Seen(f, failures, None if waiting is None else waiting + held))
-    return out
-
-
-def _totals(seen: Sequence[_Seen]) -> SubscriptionTotals:
-    """The overview's counts over ``seen`` (every live subscription)."""
-    queued = [s.backlog for s in seen if s.found.state.handle is not None]
-    return SubscriptionTotals(
-        count=len(seen),
-        paused=sum(1 for s in seen if s.found.paused),
-        failing=sum(1 for s in seen if s.failures),
-        backlog=sum(b for b in queued if b is not None),
-        backlog_unknown=sum(1 for b in queued if b is None),
-    )
-
-
-def _needing_attention(seen: list[_Seen], limit: int | None) -> list[_Seen]:
-    """All of ``seen`` oldest first (no ``limit``, or no more than it), else the
-    ``limit`` that need attention most, failing first, then the largest backlogs, then
-    the oldest, shown oldest first (ties: the more urgent first)."""
-    if limit is None or len(seen) <= limit:
-        return sorted(seen, key=lambda s: (s.found.creation_time, s.found.id))
-    chosen = heapq.nsmallest(limit, seen, key=_urgency)
-    chosen.sort(key=lambda s: (s.found.creation_time, *_urgency(s)))
-    return chosen
-
-
-def _urgency(s: _Seen) -> tuple[int, int, datetime, str]:
-    return (-s.failures, -(s.backlog or 0), s.found.creation_time, s.found.id)

@@ -14,6 +14,11 @@ it are not in the answer (a message past ``limits.max_age`` whose dead letter th
 middleware did not confirm, ``core.pull_points``), and settling gives them back instead
 of acknowledging them, so they are handed out again, first.
 
+Messages an answer took and made dead letters (``Settlement.buried``: past
+``limits.max_age``, their dead letters confirmed before the answer was made) are not the
+answer's: they are acknowledged whether it is written or not, never given back (else the
+next GetMessages made them dead letters again).
+
 A ``Settlement`` is settled or given back once; later calls do nothing.  Whoever drops one
 without either leaves its messages unsettled until the handle is stopped (the middleware
 then redelivers them).
@@ -35,7 +40,7 @@ log = logging.getLogger(__name__)
 class Settlement:
     """Settles or gives back, once, what an answer took."""
 
-    __slots__ = ("_back", "_cut", "_done", "_items", "_lock", "_open")
+    __slots__ = ("_back", "_buried", "_cut", "_done", "_items", "_lock", "_open")
 
     def __init__(
         self,
@@ -52,6 +57,8 @@ class Settlement:
         self._open = True
         #: where the answer was cut: the items from there on go back when settled
         self._cut = len(items)
+        #: the ids of the items made dead letters (``buried``): acknowledged, never back
+        self._buried: set[int] = set()
 
     def _close(self) -> bool:
         with self._lock:
@@ -72,18 +79,20 @@ class Settlement:
                     self._cut = i
                     return
 
+    def buried(self, items: Sequence[Received]) -> None:
+        """``items`` (some of the items) were made dead letters, confirmed: they are
+        acknowledged however the answer ends, written or not, and never given back."""
+        with self._lock:
+            self._buried.update(id(item) for item in items)
+
     def settle(self) -> None:
         """The answer was written: acknowledge what it took, in the order taken (what
         follows a cut goes back)."""
         if not self._close():
             return
         try:
-            for item in self._items[: self._cut]:
-                try:
-                    item.ack()
-                except Exception:  # its connection went: the middleware gives it again
-                    log.warning("settling a message handed out failed", exc_info=True)
-            rest = self._items[self._cut :]
+            _ack(self._items[: self._cut])
+            rest = self._settle_buried(self._items[self._cut :])
             if rest:
                 try:
                     self._back(rest)
@@ -97,16 +106,33 @@ class Settlement:
         if not self._close():
             return
         try:
-            if self._items:
-                self._back(self._items)
+            rest = self._settle_buried(self._items)
+            if rest:
+                self._back(rest)
         except Exception:  # the handle may be gone: then so are its unsettled messages
             log.warning("giving back the messages of an unwritten answer failed", exc_info=True)
         finally:
             self._finish()
 
+    def _settle_buried(self, items: Sequence[Received]) -> list[Received]:
+        """Acknowledge those of ``items`` made dead letters; the others, to give back."""
+        if not self._buried:
+            return list(items)
+        _ack([i for i in items if id(i) in self._buried])
+        return [i for i in items if id(i) not in self._buried]
+
     def _finish(self) -> None:
         if self._done is not None:
             self._done()
+
+
+def _ack(items: Sequence[Received]) -> None:
+    """Acknowledge ``items``, in order."""
+    for item in items:
+        try:
+            item.ack()
+        except Exception:  # its connection went: the middleware gives it again
+            log.warning("settling a message handed out failed", exc_info=True)
 
 
 def nack_all(items: Sequence[Received]) -> None:

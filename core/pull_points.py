@@ -19,12 +19,13 @@ inbox when a notification is published instead (``core.direct_routing``).
   handed out but a dead letter ("max-age"): a fed message one of its subscription's (as
   when the feed prepared it), one of the pull point's inbox one of the pull point's (the
   gateway's default destination, naming the pull point, as the middleware's drops from
-  a pull point).  Its dead letter is published before the answer is given and settled
-  with it; one the middleware did not confirm cuts the answer there: that message and
-  those taken after it are handed out again, first, by the next GetMessages, which tries
-  the dead letter again (as a stalled feed does, ``core.pull_stall``).  An answer that is
-  not written gives its dead-lettered messages back too: the next answer makes them dead
-  letters again (at most one answer's, as its messages come twice).
+  a pull point).  Its dead letter is published before the answer is given, and the
+  message settled when the answer is, written or not: an answer that is not written
+  gives back the messages it carried, not those it made dead letters
+  (``Settlement.buried``), so each is one dead letter.  A dead letter the middleware did
+  not confirm cuts the answer there: that message and those taken after it are handed
+  out again, first, by the next GetMessages, which tries the dead letter again (as a
+  stalled feed does, ``core.pull_stall``).
 * DestroyPullPoint and pull point expiry destroy the subscriptions feeding it (DPP-04).
 """
 
@@ -280,7 +281,7 @@ class PullPoints:
         self, pull_point_id: str, received: list[Received], settlement: Settlement
     ) -> list[Received]:
         """What of ``received`` is to be handed out: a message past ``limits.max_age``
-        goes to the dead letters (settled with the answer); at one whose dead letter
+        goes to the dead letters (settled however the answer ends); at one whose dead letter
         was not confirmed the answer is cut (see the module docstring)."""
         ctx = self._ctx
         now = ctx.now()
@@ -305,6 +306,7 @@ class PullPoints:
                     settlement.cut(run[0])
                     return keep[:mark]
                 ctx.limit_keeper.buried(len(run))
+                settlement.buried(run)  # settled whether the answer is written or not
                 run = []
             if r is not None:
                 if not run:
@@ -361,14 +363,14 @@ class PullPoints:
 
     def notify(self, pull_point_id: str, messages: Sequence[InboundNotification]) -> None:
         """Notify sent to a pull point: accumulate as received (PP-05).  ``prepare``'s
-        checks (the Notify ACL, the topics in order), then the fan-out bound (the payload,
-        copied once into the pull point); the new topics are admitted once all passed,
-        all or none: a refused Notify admits nothing (``Inbound.admit``)."""
+        checks (the Notify ACL, the topics against their namespaces' rules), then the
+        fan-out bound (the payload, copied once into the pull point).  Its topics are not
+        admitted to the broker's topic set: a pull point is a NotificationConsumer, its
+        messages go only into its inbox (``Inbound``'s module docstring)."""
         ctx = self._ctx
         ctx.registry.live_pull_point(pull_point_id)
-        prepared = self._inbound.prepare(messages, registration_check=False, admit=False)
+        prepared = self._inbound.prepare(messages, registration_check=False, into_pull_point=True)
         ctx.guard.check_fanout(prepared, pull_point=pull_point_id)
-        self._inbound.admit(prepared)
         self._inbound.publish(prepared, route=pull_point_inbox(pull_point_id))
 
     def destroy(self, pull_point_id: str) -> None:

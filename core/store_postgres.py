@@ -8,8 +8,9 @@ one to one.
 
 Its parts: the schema's numbered migrations (``core.store_postgres_schema``), the pooled
 connections, their recovery and the migration at start (``core.store_postgres_pool``,
-:class:`~wsnmom.core.store_postgres_pool.PostgresConnections`, the base class of
-:class:`PostgresStore`), and here the records' reads and writes.
+:class:`~wsnmom.core.store_postgres_pool.PostgresConnections`), the leader's writes fenced
+by its epoch (``core.store_postgres_fenced``: ``FencedWrites``, over those connections and
+the base class of :class:`PostgresStore`), and here the records' other reads and writes.
 
 Connection trouble surfaces as :class:`~wsnmom.core.store.StoreUnavailable` (a
 :class:`~wsnmom.core.store.StoreError`): the frontend answers it with a Receiver fault
@@ -25,19 +26,17 @@ from typing import Any, TypeVar
 
 from wsnmom.core.coordination import Coordination
 from wsnmom.core.model import (
-    EndpointReference,
     NotificationMessage,
     PublisherRegistration,
     PullPoint,
     Subscription,
 )
-from wsnmom.core.store import Deposed, IntentGone, Store, StoreError
+from wsnmom.core.store import IntentGone, Store, StoreError
 from wsnmom.core.store_documents import (
     message_from_json,
     message_to_json,
     pull_point_from_json,
     pull_point_to_json,
-    registration_demand_to_json,
     registration_from_json,
     registration_termination_to_json,
     registration_to_json,
@@ -46,13 +45,14 @@ from wsnmom.core.store_documents import (
     topic_from_key,
     topic_key,
 )
-from wsnmom.core.store_postgres_pool import PING_TIMEOUT, PostgresConnections
+from wsnmom.core.store_postgres_fenced import FencedWrites
+from wsnmom.core.store_postgres_pool import PING_TIMEOUT
 from wsnmom.topic_mapping.model import Topic
 
 T = TypeVar("T")
 
 
-class PostgresStore(PostgresConnections, Store):
+class PostgresStore(FencedWrites, Store):
     """PostgreSQL implementation of :class:`~wsnmom.core.store.Store`."""
 
     def _put(self, table: str, key: str, columns: dict[str, Any]) -> None:
@@ -146,25 +146,6 @@ class PostgresStore(PostgresConnections, Store):
             else self._delete("subscriptions", sub_id)
         )
 
-    def expire_subscription(self, sub_id: str, now: datetime, *, epoch: int) -> bool:
-        return self._expire("subscriptions", sub_id, now, epoch)
-
-    def _expire(self, table: str, value: str, now: datetime, epoch: int) -> bool:
-        # as _retire, and only while still expired and the epoch current (fenced as
-        # save_registration_demand)
-        rows = self._rows(
-            f"WITH {_FENCE}, gone AS (DELETE FROM {table} WHERE id = %s "
-            "AND termination_time <= %s AND EXISTS (SELECT 1 FROM fence) RETURNING id), "
-            "intended AS (INSERT INTO wsnmom_intents (name) SELECT id FROM gone "
-            "ON CONFLICT (name) DO UPDATE SET at = EXCLUDED.at RETURNING 1) "
-            "SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM intended)",
-            (epoch, value, now),
-        )
-        fenced, removed = rows[0]
-        if not fenced:
-            raise Deposed(epoch)
-        return bool(removed)
-
     def list_subscriptions(self) -> list[Subscription]:
         return [
             _revised(r)
@@ -219,9 +200,6 @@ class PostgresStore(PostgresConnections, Store):
 
     def delete_pull_point(self, pp_id: str, *, intent: bool = False) -> bool:
         return self._retire("pull_points", pp_id) if intent else self._delete("pull_points", pp_id)
-
-    def expire_pull_point(self, pp_id: str, now: datetime, *, epoch: int) -> bool:
-        return self._expire("pull_points", pp_id, now, epoch)
 
     def list_pull_points(self) -> list[PullPoint]:
         return self._list("pull_points", pull_point_from_json)
@@ -279,42 +257,9 @@ class PostgresStore(PostgresConnections, Store):
             > 0
         )
 
-    def save_registration_demand(
-        self, reg_id: str, subscription: EndpointReference | None, paused: bool, *, epoch: int
-    ) -> bool:
-        # jsonb || jsonb replaces the part's keys and keeps the others; the fence is the
-        # leadership row, locked FOR SHARE while the write commits: a new leader's bump of
-        # the epoch waits for it (and then reads it), or came first and refuses it
-        part = self._jsonb(registration_demand_to_json(subscription, paused))
-        rows = self._rows(
-            f"WITH {_FENCE}, "
-            "saved AS (UPDATE registrations SET data = data || %s "
-            "WHERE id = %s AND EXISTS (SELECT 1 FROM fence) RETURNING 1) "
-            "SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM saved)",
-            (epoch, part, reg_id),
-        )
-        fenced, saved = rows[0]
-        if not fenced:
-            raise Deposed(epoch)
-        return bool(saved)
-
     def delete_registration(self, reg_id: str) -> PublisherRegistration | None:
         rows = self._rows("DELETE FROM registrations WHERE id = %s RETURNING data", (reg_id,))
         return registration_from_json(rows[0][0]) if rows else None
-
-    def expire_registration(
-        self, reg_id: str, now: datetime, *, epoch: int
-    ) -> PublisherRegistration | None:
-        rows = self._rows(
-            f"WITH {_FENCE}, gone AS (DELETE FROM registrations WHERE id = %s "
-            "AND termination_time <= %s AND EXISTS (SELECT 1 FROM fence) RETURNING data) "
-            "SELECT (SELECT count(*) FROM fence), (SELECT data FROM gone)",
-            (epoch, reg_id, now),
-        )
-        fenced, data = rows[0]
-        if not fenced:
-            raise Deposed(epoch)
-        return registration_from_json(data) if data is not None else None
 
     def list_registrations(self) -> list[PublisherRegistration]:
         return self._list("registrations", registration_from_json)
@@ -399,21 +344,7 @@ class PostgresStore(PostgresConnections, Store):
                     (key, value),
                 )
             return
-        # fenced as save_registration_demand: the leadership row FOR SHARE while it commits
-        rows = self._rows(
-            f"WITH {_FENCE}, saved AS (INSERT INTO wsnmom_meta (key, value) "
-            "SELECT %s::text, %s::text FROM fence "
-            "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value RETURNING 1) "
-            "SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM saved)",
-            (epoch, key, value),
-        )
-        if not rows[0][0]:
-            raise Deposed(epoch)
-
-    def fence(self, epoch: int) -> None:
-        # FOR SHARE: waits for a new leader's bump in progress, then sees it
-        if not self._rows(f"WITH {_FENCE} SELECT epoch FROM fence", (epoch,)):
-            raise Deposed(epoch)
+        self._set_meta_fenced(key, value, epoch)
 
     def coordination(self, instance_id: str) -> Coordination:
         """The cluster's tables in this store (``core.coordination_postgres``)."""
@@ -474,10 +405,6 @@ SELECT id FROM fresh WHERE id NOT IN (SELECT id FROM kept)
 """
 
 #: the intent a new record replaces, deleted in the record's statement (its first parameter)
-#: the leadership fence of a leader's write (``%s``: the epoch it was begun under): the one
-#: row while that epoch is current, locked FOR SHARE until the write commits, so that a new
-#: leader's bump of the epoch waits for it (and then reads it) or came first and refuses it
-_FENCE = "fence AS (SELECT epoch FROM wsnmom_leadership WHERE epoch = %s FOR SHARE)"
 _CLAIM = "DELETE FROM wsnmom_intents WHERE name = %s RETURNING name"
 
 

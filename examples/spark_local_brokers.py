@@ -35,9 +35,10 @@ def main() -> int:
     from wsnmom.spark_bridge.rabbitmq_tap import ensure_tap
     from wsnmom.spark_bridge.selection import Selection
 
-    from tests.fixtures.brokers import RabbitNode, TansuNode
+    from tests.fixtures.brokers import RabbitNode
     from tests.fixtures.mosquitto import MosquittoNode
     from tests.fixtures.server import kafka_gateway_url
+    from tests.fixtures.tansu import TansuNode
     from wsnmom.testing.gateway import Gateway
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -21,10 +21,10 @@ PYTEST_ARGS="-x -q -p no:cacheprovider --noconftest"
 # tests under tests/core/ that use its conftest's broker fixtures run with conftests
 declare -A MODULES=(
     # core/channel.py and its parts (channel_state, channel_give_up, backoff), against the same tests
-    [channel]="wsnmom.core.channel|core/channel.py|tests/core/test_channel_mutants.py tests/core/test_channel_feature_mutants.py|"
-    [channel_state]="wsnmom.core.channel_state|core/channel_state.py|tests/core/test_channel_mutants.py tests/core/test_channel_feature_mutants.py|"
-    [channel_give_up]="wsnmom.core.channel_give_up|core/channel_give_up.py|tests/core/test_channel_mutants.py tests/core/test_channel_feature_mutants.py|"
-    [backoff]="wsnmom.core.backoff|core/backoff.py|tests/core/test_channel_mutants.py tests/core/test_channel_feature_mutants.py|"
+    [channel]="wsnmom.core.channel|core/channel.py|tests/core/test_channel_mutants.py tests/core/test_channel_restart_mutants.py tests/core/test_channel_feature_mutants.py|"
+    [channel_state]="wsnmom.core.channel_state|core/channel_state.py|tests/core/test_channel_mutants.py tests/core/test_channel_restart_mutants.py tests/core/test_channel_feature_mutants.py|"
+    [channel_give_up]="wsnmom.core.channel_give_up|core/channel_give_up.py|tests/core/test_channel_mutants.py tests/core/test_channel_restart_mutants.py tests/core/test_channel_feature_mutants.py|"
+    [backoff]="wsnmom.core.backoff|core/backoff.py|tests/core/test_channel_mutants.py tests/core/test_channel_restart_mutants.py tests/core/test_channel_feature_mutants.py|"
     [unordered]="wsnmom.core.unordered|core/unordered.py|tests/core/test_unordered_channel.py|"
     [pull_buffer]="wsnmom.core.pull_buffer|core/pull_buffer.py|tests/core/test_pull_buffer_mutants.py|"
     [cursor]="wsnmom.adapters.logbase.cursor|adapters/logbase/cursor.py|tests/adapters/test_logbase_engine.py tests/adapters/test_logbase_cursor_mutants.py|"

@@ -17,6 +17,7 @@ settings.load_profile("suite")
 
 _FIXTURE_MODULES = (
     "tests.fixtures.brokers",
+    "tests.fixtures.tansu",
     "tests.fixtures.mosquitto",
     "tests.fixtures.postgres",
     "tests.fixtures.server",

@@ -190,6 +190,15 @@ class TopicSet:
                 )
             return True
 
+    def check_name(self, topic: Topic) -> None:
+        """Raise TopicNotSupported when ``topic``'s declared namespace forbids it (rule
+        1), whether the set holds it, is fixed or may grow: for a topic that is only
+        carried, never added (a Notify sent to a pull point, a NotificationConsumer)."""
+        with self._lock:
+            reason = self._rule1_violation(topic)
+        if reason is not None:
+            raise TopicNotSupported(f"topic {topic} is not permitted: {reason}")
+
     def _check_new(self, topic: Topic) -> None:
         """Raise TopicNotSupported unless ``topic`` (not a member) may be added."""
         if self.fixed:

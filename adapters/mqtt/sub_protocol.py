@@ -15,8 +15,6 @@ from collections.abc import Sequence
 from wsnmom.core.adapter import AdapterUnavailable
 
 from .sub_codec import (
-    PINGREQ_PACKET,
-    PROTOCOL_ERROR,
     Connack,
     Disconnect,
     Packet,
@@ -27,6 +25,7 @@ from .sub_codec import (
     encode_subscribe,
     encode_unsubscribe,
 )
+from .sub_fields import PINGREQ_PACKET, PROTOCOL_ERROR
 
 __all__ = ["SessionProtocol"]
 

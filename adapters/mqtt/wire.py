@@ -20,6 +20,7 @@ from wsnmom.topic_mapping.model import Topic
 
 from ..native import sniff_content_type
 from .link import PacketTypes, Properties
+from .sub_fields import encode_string, encode_vbi
 
 __all__ = ["metadata", "metadata_of", "outbound", "publish_properties"]
 
@@ -31,20 +32,6 @@ _TEXT_TYPES = ("application/xml", "application/json", "application/soap+xml")
 def _is_text(content_type: str) -> bool:
     base = content_type.split(";", 1)[0].strip().lower()
     return base.startswith("text/") or base in _TEXT_TYPES or base.endswith(_TEXT_SUFFIXES)
-
-
-def _string(text: str) -> bytes:
-    data = text.encode("utf-8")
-    return len(data).to_bytes(2, "big") + data
-
-
-def _vbi(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        digit, n = n % 128, n // 128
-        out.append(digit | 0x80 if n else digit)
-        if not n:
-            return bytes(out)
 
 
 class PackedProperties(Properties):
@@ -86,10 +73,10 @@ def _packed(pairs: list[tuple[str, str]], content_type: str, text: bool) -> Prop
     """The wire form of the properties, in paho's order (by property identifier)."""
     parts = [b"\x01\x01"] if text else []
     if content_type:
-        parts.append(b"\x03" + _string(content_type))
-    parts.extend(b"\x26" + _string(k) + _string(v) for k, v in pairs)
+        parts.append(b"\x03" + encode_string(content_type))
+    parts.extend(b"\x26" + encode_string(k) + encode_string(v) for k, v in pairs)
     body = b"".join(parts)
-    return PackedProperties(_vbi(len(body)) + body)
+    return PackedProperties(encode_vbi(len(body)) + body)
 
 
 def _stock(pairs: list[tuple[str, str]], content_type: str, text: bool) -> Properties:

@@ -171,7 +171,13 @@ class Link(Settles):
         return self._up.is_set()
 
     def close(self, timeout: float = 10.0) -> None:
-        """Close the connection and stop the thread; idempotent."""
+        """Close the connection and stop the thread; idempotent.  A link never started
+        closes its event loop here (the I/O thread closes it otherwise): its selector
+        held a socket pair until garbage collection."""
+        if self._thread.ident is None:
+            if not self.loop.is_closed():
+                self.loop.close()
+            return
         if not self._thread.is_alive():
             return
         self._closing = True

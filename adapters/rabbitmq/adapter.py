@@ -45,7 +45,8 @@ Connection String
     ``pika.URLParameters`` (so its query arguments such as ``heartbeat``,
     ``connection_attempts`` or ``ssl_options`` work).  The scheme ``rabbitmq://`` is an
     alias of ``amqp://``.  The vhost is the URL path (``%2F`` for ``/``).  These wsnmom
-    options may also be given as query arguments: ``prefetch``, ``queue_type``, ``instance``.
+    options may also be given as query arguments: ``prefetch``, ``queue_type``, ``instance``
+    and ``pull`` (``options.URL_OPTIONS``).
 
 Parts
     ``RabbitMQAdapter`` implements core's ``Adapter`` by delegating to parts of one job

@@ -28,7 +28,8 @@ from wsnmom.adapters.logbase.backend import EARLIEST, LogRecord, RecordsLost
 from wsnmom.topic_mapping.model import Topic
 from wsnmom.topic_mapping.translate import FALLBACK_NAMESPACE
 
-from tests.fixtures.brokers import ResolvedBroker, TansuNode
+from tests.fixtures.brokers import ResolvedBroker
+from tests.fixtures.tansu import TansuNode
 from tests.support.kafka_records import delete_records_or_skip
 from tests.support.waiting import wait_until
 

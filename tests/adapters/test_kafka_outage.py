@@ -34,7 +34,7 @@ from wsnmom.topic_mapping.model import ANY, PathPattern, Topic
 
 from tests.adapters.test_kafka import message, subscribe
 from tests.adapters.test_kafka_conformance import isolated_options
-from tests.fixtures.brokers import TansuNode
+from tests.fixtures.tansu import TansuNode
 from wsnmom.testing.conformance import Collector
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]

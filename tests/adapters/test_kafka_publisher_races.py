@@ -22,7 +22,7 @@ from wsnmom.topic_mapping.model import PathPattern, Topic
 
 from tests.adapters.test_kafka import NS, make_kafka, message, subscribe
 from tests.adapters.test_kafka_conformance import isolated_options
-from tests.fixtures.brokers import TansuNode
+from tests.fixtures.tansu import TansuNode
 
 pytestmark = pytest.mark.kafka
 

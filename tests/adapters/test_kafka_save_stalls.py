@@ -24,7 +24,7 @@ from wsnmom.adapters.kafka.config import KafkaSettings, parse_settings
 from wsnmom.adapters.kafka.positions import KafkaPositionStore
 
 from tests.adapters.test_kafka_outage import _SeenAdmin
-from tests.fixtures.brokers import TansuNode
+from tests.fixtures.tansu import TansuNode
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

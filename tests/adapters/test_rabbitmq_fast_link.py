@@ -216,3 +216,17 @@ def test_acks_given_before_a_reader_fails_are_written_before_its_channel_closes(
         wait_until(lambda: _depth(link, queue) == 1, 15, what="one message requeued")
     finally:
         _delete(link, queue)
+
+
+def test_a_link_never_started_closes_its_loop(rabbitmq_url: str) -> None:
+    """A link made and closed without a start (an adapter whose open failed before it)
+    closes its event loop, whose selector holds a socket pair until garbage collection
+    otherwise (only the I/O thread closed it)."""
+
+    async def connected(_link: Link) -> None:
+        return None
+
+    lk = Link("never-started", pika.URLParameters(rabbitmq_url), connected, lambda _l, _e: None)
+    lk.close()
+    assert lk.loop.is_closed()
+    lk.close()  # idempotent

@@ -11,15 +11,12 @@ certificate the adapter does not trust is refused.
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import ssl
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -34,59 +31,29 @@ from wsnmom.core.adapter import (  # noqa: E402
 )
 from wsnmom.topic_mapping.model import PathPattern, Topic  # noqa: E402
 
+from tests.support.loopback_relay import (  # noqa: E402
+    LoopbackRelay,
+    relayed_url,
+    upstream_of,
+)
 from tests.support.waiting import wait_until  # noqa: E402
 
 pytestmark = pytest.mark.rabbitmq
 
 
-def _pump(src: socket.socket, dst: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        while data := src.recv(65536):
-            dst.sendall(data)
-    with contextlib.suppress(OSError):
-        dst.shutdown(socket.SHUT_WR)
-
-
-class TlsRelay:
+class TlsRelay(LoopbackRelay):
     """Accepts TLS on a loopback port and relays the plaintext to ``upstream``."""
 
     def __init__(self, upstream: tuple[str, int], context: ssl.SSLContext) -> None:
-        self.upstream = upstream
         self.context = context
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.sockets: list[socket.socket] = []
-        self.thread = threading.Thread(target=self._accept, daemon=True)
-        self.thread.start()
+        super().__init__(upstream)
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                raw, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(raw,), daemon=True).start()
-
-    def _serve(self, raw: socket.socket) -> None:
+    def client_side(self, raw: socket.socket) -> socket.socket | None:
         try:
-            tls = self.context.wrap_socket(raw, server_side=True)
+            return self.context.wrap_socket(raw, server_side=True)
         except (OSError, ssl.SSLError):
             raw.close()
-            return
-        up = socket.create_connection(self.upstream)
-        self.sockets += [tls, up]
-        threading.Thread(target=_pump, args=(up, tls), daemon=True).start()
-        _pump(tls, up)
-
-    def close(self) -> None:
-        """Stop accepting and end the relayed connections, and with them the threads
-        (closing a socket does not wake a thread blocked on it: shutting it down does;
-        the accepting thread was left behind per test)."""
-        for s in [self.listener, *self.sockets]:
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-            s.close()
-        self.thread.join(10)
+            return None
 
 
 @pytest.fixture
@@ -102,18 +69,9 @@ def certs(tmp_path: Path) -> tuple[str, ssl.SSLContext]:
 
 @pytest.fixture
 def relay(rabbitmq_url: str, certs: tuple[str, ssl.SSLContext]) -> Iterator[TlsRelay]:
-    parts = urlsplit(rabbitmq_url)
-    assert parts.hostname is not None
-    r = TlsRelay((parts.hostname, parts.port or 5672), certs[1])
+    r = TlsRelay(upstream_of(rabbitmq_url, 5672), certs[1])
     yield r
     r.close()
-
-
-def _amqps(rabbitmq_url: str, port: int) -> str:
-    parts = urlsplit(rabbitmq_url)
-    auth = parts.netloc.rpartition("@")[0]
-    netloc = f"{auth}@127.0.0.1:{port}" if auth else f"127.0.0.1:{port}"
-    return urlunsplit(("amqps", netloc, parts.path, parts.query, ""))
 
 
 def _message(topic: Topic, body: bytes) -> OutboundMessage:
@@ -129,7 +87,9 @@ def test_publish_consume_and_pull_over_tls(
     ns = f"urn:test:rabbit-tls:{uuid.uuid4().hex}"
     # a vhost of its own: the unrouted publish below must meet no catch-all subscription of
     # another test in the shared vhost
-    adapter = make_adapter(_amqps(private_vhost, relay.port), tls={"ca_file": certs[0]})
+    adapter = make_adapter(
+        relayed_url(private_vhost, relay.port, "amqps"), tls={"ca_file": certs[0]}
+    )
     topic = Topic(ns, ("t",))
     consumed = adapter.subscription(
         SubscriptionSpec("c-" + uuid.uuid4().hex[:8], (PathPattern(ns, ("t",)),))
@@ -161,7 +121,8 @@ def test_an_untrusted_certificate_is_refused(
     other = tmp_path / "other-ca.pem"
     trustme.CA().cert_pem.write_to_path(str(other))
     adapter = RabbitMQAdapter(
-        _amqps(rabbitmq_url, relay.port), {"tls": {"ca_file": str(other)}, "operation_timeout": 3}
+        relayed_url(rabbitmq_url, relay.port, "amqps"),
+        {"tls": {"ca_file": str(other)}, "operation_timeout": 3},
     )
     try:
         with pytest.raises(AdapterUnavailable):

@@ -3,9 +3,10 @@ letters (give-up, final statuses, a filter over its budget), the delivery attemp
 operators, ``PrepareLater`` (filter shares), the retry schedule's options and the peek at
 held messages.
 
-Like ``test_channel_mutants.py`` (whose recording engine and rig these tests reuse), they
-kill the mutants of ``core/channel.py`` (``make mutation``) in process, with stand-ins for
-the memory budget and the dead-letter sink; no conftest fixture, no thread, no broker.
+Like ``test_channel_mutants.py`` (whose recording engine and rig these tests share:
+tests/support/channel_rig.py), they kill the mutants of ``core/channel.py`` (``make
+mutation``) in process, with stand-ins for the memory budget and the dead-letter sink; no
+conftest fixture, no thread, no broker.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import pytest
 from wsnmom.core import channel_give_up
@@ -23,70 +23,11 @@ from wsnmom.core.backoff import Backoff
 from wsnmom.core.channel import Channel
 from wsnmom.core.channel_signals import EndSubscription, PrepareLater
 from wsnmom.core.channel_status import ATTEMPTS_KEPT, DeliveryAttempt
-from wsnmom.core.delivery_budget import MESSAGE_OVERHEAD
 from wsnmom.core.lanes import Lane
 from wsnmom.core.ports import DeliveryFailed
 
-from tests.core.test_channel_mutants import Rig
+from tests.support.channel_rig import Budget, Rig, Sink, Timers, rig_with, size
 from tests.support.handles import Msg
-
-
-class Budget:
-    """A ``MemoryBudget`` stand-in: ``room`` bytes (None: no bound), recording every
-    charge, release and park; ``waiting`` is what ``has_parked`` says."""
-
-    def __init__(self, room: int | None = None, waiting: bool = False) -> None:
-        self.room = room
-        self.waiting = waiting
-        self.taken: list[tuple[str, int, bool]] = []
-        self.released: list[tuple[str, int]] = []
-        self.parks: list[tuple[str, Any]] = []
-
-    def take(self, group: str, size: int, channel: object = None, *, force: bool = False) -> bool:
-        self.taken.append((group, size, force))
-        if force or self.room is None:
-            return True
-        if size > self.room:
-            return False
-        self.room -= size
-        return True
-
-    def release(self, group: str, size: int) -> None:
-        self.released.append((group, size))
-        if self.room is not None:
-            self.room += size
-
-    def park(self, group: str, channel: Any) -> None:
-        self.parks.append((group, channel))
-
-    def has_parked(self) -> bool:
-        return self.waiting
-
-
-class Sink:
-    """A dead-letter sink: records (message numbers, reason, attempts, error) and answers
-    ``confirm``."""
-
-    def __init__(self, confirm: bool = True) -> None:
-        self.confirm = confirm
-        self.letters: list[tuple[list[int], str, int, str | None]] = []
-
-    def __call__(
-        self, messages: Sequence[Received], reason: str, attempts: int, error: str | None
-    ) -> bool:
-        self.letters.append(([m.n for m in messages], reason, attempts, error))  # type: ignore[attr-defined]
-        return self.confirm
-
-
-class Timers:
-    """Stands in for ``core.later.later`` in core.channel_give_up: records, never calls."""
-
-    made: list[Timers] = []
-
-    def __init__(self, interval: float, function: Callable[[], None]) -> None:
-        self.interval = interval
-        self.function = function
-        Timers.made.append(self)
 
 
 @pytest.fixture
@@ -94,28 +35,6 @@ def timers(monkeypatch: pytest.MonkeyPatch) -> list[Timers]:
     Timers.made = []
     monkeypatch.setattr(channel_give_up, "later", Timers)
     return Timers.made
-
-
-def rig_with(
-    budget: Budget | None = None,
-    *,
-    group: str = "owner",
-    bounded: bool = True,
-    sink: Sink | None = None,
-    **kwargs: Any,
-) -> Rig:
-    """A rig whose channel has ``budget``, ``group``, ``bounded`` and ``sink``."""
-    rig = Rig(**kwargs)
-    rig.engine.budget = budget or Budget()  # type: ignore[assignment]
-    ch = rig.channel
-    ch.group = group
-    ch.bounded = bounded
-    ch.dead_letter = sink
-    return rig
-
-
-def size(n: int) -> int:
-    return len(str(n).encode()) + MESSAGE_OVERHEAD
 
 
 # -- the byte budget -------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from wsnmom.core import cluster
+from wsnmom.core import follow_thread
 from wsnmom.core.cluster import ClusterMember
 from wsnmom.core.config import ClusterSettings
 from wsnmom.core.coordination import Change, InstanceInfo, Leases
@@ -202,7 +202,7 @@ def test_a_change_whose_following_failed_is_followed_again() -> None:
         wait_until(lambda: len(follower.seen) >= 2, 10, what="the change followed again")
         assert follower.seen == [Change("subscription", "s1")] * 2
         # followed since: not again
-        wait_until(lambda: not member._failed, 5, what="the change no longer pending")
+        wait_until(lambda: not member._following, 5, what="the change no longer pending")
 
 
 class FailingFor:
@@ -227,17 +227,17 @@ def test_a_change_failing_past_the_alarm_is_still_followed_with_a_growing_wait(
     instance held its shard.  Now it is followed until it succeeds, the wait doubling up
     to a ceiling, with one ERROR when it has failed for ``FOLLOW_RETRY_ALARM``, and it is
     counted as failing in the status meanwhile."""
-    monkeypatch.setattr(cluster, "FOLLOW_RETRY_EVERY", 0.05)
-    monkeypatch.setattr(cluster, "FOLLOW_RETRY_LONGEST", 0.2)
-    monkeypatch.setattr(cluster, "FOLLOW_RETRY_ALARM", 0.5)
+    monkeypatch.setattr(follow_thread, "FOLLOW_RETRY_EVERY", 0.05)
+    monkeypatch.setattr(follow_thread, "FOLLOW_RETRY_LONGEST", 0.2)
+    monkeypatch.setattr(follow_thread, "FOLLOW_RETRY_ALARM", 0.5)
     follower = FailingFor(8)
     member = joined_member(OneChange(), follower=follower, poll=0.02)
-    caplog.set_level(logging.ERROR, logger=cluster.__name__)
+    caplog.set_level(logging.ERROR, logger=follow_thread.__name__)
     with started(member):
         wait_until(lambda: len(follower.tries) >= 3, 10, what="a third try")
         assert member.status().counts.follow_failing == 1
         wait_until(lambda: len(follower.tries) >= 9, 20, what="the ninth try, which succeeds")
-        wait_until(lambda: not member._failed, 5, what="the change no longer pending")
+        wait_until(lambda: not member._following, 5, what="the change no longer pending")
         assert member.status().counts.follow_failing == 0
     assert len(follower.tries) == 9  # followed since: not again
     # each wait at least its schedule: 0.05, 0.1, then 0.2 (the ceiling) from there on

@@ -9,7 +9,7 @@ from wsnmom.core.backoff import Backoff
 from wsnmom.core.channel_status import ATTEMPTS_KEPT
 from wsnmom.core.ports import DeliveryFailed
 
-from tests.core.test_channel_mutants import Rig
+from tests.support.channel_rig import Rig
 
 
 def test_each_attempt_is_kept_with_its_outcome_newest_last() -> None:

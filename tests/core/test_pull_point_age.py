@@ -3,7 +3,8 @@
 handed out; a fed one its subscription's, one of the pull point's inbox the pull point's.
 Before, both were dropped without a dead letter.  A dead letter the middleware does not
 confirm cuts the answer there: the message is handed out again, first, by the next
-GetMessages, which tries its dead letter again."""
+GetMessages, which tries its dead letter again.  An answer that is not written gives back
+what it handed out, not what it made dead letters: those are settled all the same."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from wsnmom.core.model import CreatePullPointRequest
 from wsnmom.core.pull_buffer import PullBuffer
 from wsnmom.core.service import BrokerService
 
-from tests.support.pull_answers import pulled_until_sentinel
+from tests.support.pull_answers import cut, pulled_until_sentinel, written, written_up_to, wsgi_app
 from tests.support.pull_breach import GraveRefusal
 from tests.support.waiting import wait_until
 
@@ -129,3 +130,32 @@ def test_an_answer_cut_at_a_refused_dead_letter_settles_what_it_took_before(
     assert letters[b"<m>old1</m>"].subscription_id == pp.id
     assert letters[b"<m>old2</m>"].subscription_id == sub.id
     assert {letter.reason for letter in letters.values()} == {"max-age"}
+
+
+def test_an_unwritten_answer_gives_back_its_messages_not_its_dead_letters(aged: Broker) -> None:
+    """``old`` (past max_age) then the sentinel in the inbox; the answer holding the
+    sentinel is not written (its client went away: the server took its body, and its
+    write never returned).  ``old``'s dead letter was confirmed before the answer was
+    made, so ``old`` is settled all the same: only the sentinel comes again, and ``old``
+    is one dead letter.  Before, the give-back returned ``old`` too and the next
+    GetMessages made it a dead letter again (two of one message, one answer's worth)."""
+    service, pp_id = _old_in_inbox(aged)
+    app = wsgi_app(service)
+    expired_before = expired_count()
+    assert cut(app, pp_id) == ["sentinel"]
+    assert expired_count() - expired_before == 1
+    assert written(app, pp_id) == ["sentinel"]  # given back, first again
+    assert expired_count() - expired_before == 1  # old was not buried again
+    # a later dead letter as a barrier: once it is listed, so would be a second of old's
+    service.notify_pull_point(pp_id, [note("<m>later</m>")])
+    aged.clock.advance(minutes=2)
+    service.notify_pull_point(pp_id, [note("<m>sentinel2</m>")])
+    assert written_up_to(app, pp_id, "sentinel2") == ["sentinel2"]
+    wait_until(
+        lambda: any(d.body == b"<m>later</m>" for d in service.dead_letters()),
+        10,
+        what="the barrier's dead letter",
+    )
+    letters = service.dead_letters()
+    assert [d.body for d in letters] == [b"<m>old</m>", b"<m>later</m>"]
+    assert {d.reason for d in letters} == {"max-age"}

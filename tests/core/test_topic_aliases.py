@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from wsnmom.core import errors
+from wsnmom.core.model import CreatePullPointRequest
 from wsnmom.core.service import BrokerService
 from wsnmom.topic_mapping.model import Topic
 from wsnmom.topic_mapping.topic_set import TopicSet
@@ -97,3 +98,19 @@ def test_alias_never_becomes_a_publish_topic(aliased: BrokerService) -> None:
     assert aliased.adapter.current_message(Topic(ALIAS_NS, ("real", "x"))) is not None
     assert aliased.adapter.current_message(Topic(ALIAS_NS, ("one",))) is None
     assert aliased.store.get_current_message(Topic(ALIAS_NS, ("one",))) is None
+
+
+def test_a_notify_to_a_pull_point_obeys_the_declared_namespace(aliased: BrokerService) -> None:
+    """A Notify sent to a pull point admits no topic, but its topics are the declared
+    namespace's: an alias is resolved (held on the topic it stands for), and a child
+    the namespace forbids (``real`` is final) is TopicNotSupported, nothing held; the
+    sentinel after it is the only other message."""
+    pp = aliased.create_pull_point(CreatePullPointRequest())
+    aliased.notify_pull_point(pp.id, [note("<via-alias/>", simple("a:one", NSMAP))])
+    with pytest.raises(errors.TopicNotSupported, match="final"):
+        aliased.notify_pull_point(pp.id, [note("<x/>", concrete("a:real/z", NSMAP))])
+    aliased.notify_pull_point(pp.id, [note("<sentinel/>")])
+    got = aliased.get_messages(pp.id, None)  # embedded: in the inbox once confirmed
+    assert [m.payload for m in got] == [b"<via-alias/>", b"<sentinel/>"]
+    assert got[0].topic == Topic(ALIAS_NS, ("real", "x"))
+    assert Topic(ALIAS_NS, ("real", "z")) not in aliased.topic_set

@@ -14,11 +14,13 @@ from wsnmom.core.access import Principal, bound_principal
 from wsnmom.core.model import (
     CreatePullPointRequest,
     EndpointReference,
+    NotificationMessage,
     RegisterPublisherRequest,
     SubscriptionState,
 )
 from wsnmom.core.service import BrokerService
 from wsnmom.topic_mapping.model import PathPattern, Topic
+from wsnmom.topic_mapping.topic_set import TopicSet
 
 from tests.support.waiting import wait_until
 
@@ -158,13 +160,6 @@ def _second_topic_over_bound(s: BrokerService) -> None:
     s.notify([note("<x/>", concrete("t:refused")), note("<y/>", concrete("t:refused2"))])
 
 
-def _pull_point_second_topic_over_bound(s: BrokerService) -> None:
-    pp = s.create_pull_point(CreatePullPointRequest())
-    s.notify_pull_point(
-        pp.id, [note("<x/>", concrete("t:refused")), note("<y/>", concrete("t:refused2"))]
-    )
-
-
 def _pull_point_over_fanout(s: BrokerService) -> None:
     pp = s.create_pull_point(CreatePullPointRequest())
     s.notify_pull_point(pp.id, [note("<a-payload-past-the-fan-out-bound/>", concrete("t:refused"))])
@@ -191,7 +186,6 @@ def _subscribe_refused_after_end_topic(s: BrokerService) -> None:
     [
         (_over_fanout, errors.NotificationRefused),
         (_second_topic_over_bound, errors.TopicNotSupported),
-        (_pull_point_second_topic_over_bound, errors.TopicNotSupported),
         (_pull_point_over_fanout, errors.NotificationRefused),
         (_register_two_over_bound, errors.TopicNotSupported),
         (_subscribe_refused_after_end_topic, errors.UnacceptableInitialTerminationTime),
@@ -199,7 +193,6 @@ def _subscribe_refused_after_end_topic(s: BrokerService) -> None:
     ids=[
         "notify-fanout",
         "notify-second-topic",
-        "pull-point-second-topic",
         "pull-point-fanout",
         "register-second-topic",
         "subscribe-later",
@@ -307,3 +300,64 @@ def test_a_store_migrated_past_the_bound_keeps_its_topics_and_the_cluster_refuse
     assert c.topic_set.grown == len(kept)
     assert c.store.list_topics()[:3] == recorded
     assert not {("new",), ("kept", "new")} & {t.path for t in c.store.list_topics()}
+
+
+def _held(s: BrokerService, pull_point_id: str, n: int) -> list[NotificationMessage]:
+    """The first ``n`` messages GetMessages hands out from the pull point."""
+    got: list[NotificationMessage] = []
+
+    def enough() -> bool:
+        got.extend(s.get_messages(pull_point_id, None))
+        return len(got) >= n
+
+    wait_until(enough, 10, what=f"{n} message(s) from the pull point")
+    return got
+
+
+def test_a_notify_to_a_pull_point_admits_no_topic(make_broker: Callable[..., Broker]) -> None:
+    """Bound 1.  A Notify sent to a pull point on two new topics is accepted, and the pull
+    point holds its messages on their topics, but it admits neither: the topic set is the
+    broker's (the NotificationProducer's), a pull point is a NotificationConsumer, and its
+    messages go only into its inbox.  So the bound's one new topic is still free for the
+    broker's own Notify, and with the bound full a pull point's Notify on a new topic is
+    still accepted.  Before, the pull point's Notify admitted its topics (or was refused
+    by the bound): whoever could create a pull point could fill the broker's topic set."""
+    s = make_broker(quotas__ad_hoc_topics=1).service
+    assert s is not None
+    with bound_principal(NOTIFIER):
+        pp = s.create_pull_point(CreatePullPointRequest())
+        s.notify_pull_point(
+            pp.id, [note("<a/>", concrete("t:pp1")), note("<b/>", concrete("t:pp2"))]
+        )
+        assert s.topic_set.grown == 0
+        s.notify([note("<ok/>", concrete("t:fits"))])  # the bound's one new topic
+        with pytest.raises(errors.TopicNotSupported, match=r"quotas\.ad_hoc_topics"):
+            s.notify([note("<x/>", concrete("t:over"))])
+        s.notify_pull_point(pp.id, [note("<c/>", concrete("t:pp3"))])  # the bound full
+    got = _held(s, pp.id, 3)
+    assert [m.payload for m in got] == [b"<a/>", b"<b/>", b"<c/>"]
+    assert [m.topic for m in got] == [Topic(NS, ("pp1",)), Topic(NS, ("pp2",)), Topic(NS, ("pp3",))]
+    assert s.topic_set.grown == 1
+    assert not {("pp1",), ("pp2",), ("pp3",)} & {t.path for t in s.topic_set.topics()}
+
+
+def test_a_notify_to_a_pull_point_is_not_bound_to_a_fixed_topic_set(
+    make_broker: Callable[..., Broker],
+) -> None:
+    """A fixed topic set (FixedTopicSet: the topics the broker, a NotificationProducer,
+    supports) refuses a Notify to the broker on another topic; a Notify sent to a pull
+    point on it is accepted and held (BN 5.1.1: the pull point accumulates what it is
+    sent), and the set stays as it was."""
+
+    def topic_set() -> TopicSet:
+        return TopicSet(topics=[Topic(NS, ("known",))], fixed=True)
+
+    s = make_broker(topic_set=topic_set, fixed_topic_set=True).service
+    assert s is not None
+    with pytest.raises(errors.TopicNotSupported):
+        s.notify([note("<x/>", simple("t:elsewhere"))])
+    pp = s.create_pull_point(CreatePullPointRequest())
+    s.notify_pull_point(pp.id, [note("<held/>", simple("t:elsewhere"))])
+    [got] = _held(s, pp.id, 1)
+    assert got.payload == b"<held/>" and got.topic == Topic(NS, ("elsewhere",))
+    assert list(s.topic_set.topics()) == [Topic(NS, ("known",))]

@@ -320,6 +320,20 @@ def test_readme_shows_the_compose_command() -> None:
     )
 
 
+def test_the_profiles_the_documentation_names_are_the_compose_files() -> None:
+    """README's list of profiles is compose.yml's, and every ``--profile X`` shown exists."""
+    readme = (ROOT / "README.md").read_text()
+    listing = readme[readme.index("`docker/compose.yml` has one profile per middleware") :]
+    listing = listing[: listing.index("\n\n")]
+    assert set(re.findall(r"`([a-z][a-z-]*)`", listing)) == set(PROFILES)
+    shown = {
+        profile
+        for doc in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+        for profile in re.findall(r"--profile ([a-z][a-z-]*)", doc.read_text())
+    }
+    assert shown and shown <= set(PROFILES)
+
+
 def test_readme_shows_the_ha_profile_and_a_two_instance_start() -> None:
     """Issue 23's "done when": the README shows the ``ha`` profile and two instances
     started locally on one store, whose variables are settings the gateway knows."""

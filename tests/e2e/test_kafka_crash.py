@@ -23,8 +23,8 @@ import pytest
 pytest.importorskip("confluent_kafka")
 
 from tests.e2e.conftest import Wsn
-from tests.fixtures.brokers import TansuNode
 from tests.fixtures.server import ConsumerServer, RunningServer, kafka_gateway_url
+from tests.fixtures.tansu import TansuNode
 from tests.support.soap import FULL, NS
 from tests.support.waiting import wait_until
 

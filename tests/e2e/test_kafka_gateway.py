@@ -27,8 +27,8 @@ pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.e2e.conftest import Wsn
-from tests.fixtures.brokers import TansuNode
 from tests.fixtures.server import ConsumerServer, RunningServer, kafka_gateway_url
+from tests.fixtures.tansu import TansuNode
 from tests.support.soap import CONCRETE, NATIVE_BODIES, NS, check_native_bodies
 from tests.support.waiting import wait_until
 

@@ -24,7 +24,7 @@ OPERATIONS = ROOT / "docs" / "operations.md"
 
 #: paths of the design notes, specifications and checklists kept outside the repository
 _OUTSIDE = re.compile(
-    r"\bshared/(?:design|specs|schemas)\b|\bdesign/[\w.-]+\.md\b|architecture §|"
+    r"\bshared/(?:design|specs|schemas)\b|\.\./shared\b|\bdesign/[\w.-]+\.md\b|architecture §|"
     r"wsn-1\.3-checklist|/work/"
 )
 _RULE_ROW = re.compile(r"^\| ([A-Z]+-B?\d+) \| (.*?) \| (.*?) \|")
@@ -146,13 +146,23 @@ def test_adapters_not_shipped_are_not_claimed() -> None:
 
 
 def _documented_commands(doc: Path, command: str) -> list[tuple[list[str], str]]:
-    """(arguments, first output line) of every ``$ wsnmom COMMAND ...`` example."""
+    """(arguments, output) of every ``$ wsnmom COMMAND ...`` example: its lines joined where
+    they end in ``\\``, its output the lines after it up to a blank line."""
     lines = doc.read_text().splitlines()
     found = []
     for i, line in enumerate(lines):
-        stripped = line.strip()
-        if stripped.startswith(f"$ wsnmom {command}"):
-            found.append((shlex.split(stripped[2:])[1:], lines[i + 1].strip()))
+        if not line.strip().startswith(f"$ wsnmom {command}"):
+            continue
+        words = line.strip()[2:]
+        while words.endswith("\\"):
+            i += 1
+            words = words[:-1] + lines[i].strip()
+        output = []
+        for following in lines[i + 1 :]:
+            if not following.strip():
+                break
+            output.append(following.strip())
+        found.append((shlex.split(words)[1:], "\n".join(output)))
     return found
 
 
@@ -166,6 +176,17 @@ def test_topics_check_example_works_on_the_shipped_sample(monkeypatch: pytest.Mo
         result = CliRunner().invoke(cli, args)
         assert result.exit_code == 0, result.output
         assert result.output.strip() == expected
+
+
+def test_topics_translate_examples_print_what_is_shown() -> None:
+    examples = _documented_commands(ROOT / "docs" / "topic-mapping.md", "topics translate")
+    assert len(examples) >= 2
+    for args, expected in examples:
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0, result.output
+        assert [line.strip() for line in result.output.strip().splitlines()] == expected.split(
+            "\n"
+        ), args
 
 
 def test_sample_namespace_loads_as_the_gateways_topic_set(tmp_path: Path) -> None:
@@ -196,3 +217,127 @@ def test_every_metadata_header_is_listed_in_the_adapter_docs(adapter: str) -> No
     assert {"wsnmom-request-id", "wsnmom-via"} <= headers
     text = (ROOT / "docs" / "adapters" / f"{adapter}.md").read_text()
     assert not [h for h in sorted(headers) if f"`{h}`" not in text]
+
+
+_FENCED = re.compile(r"^ *```.*?^ *```", re.M | re.S)
+_LINK = re.compile(r"\]\(([^)\s]*)\)")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading (without the ``-1`` of a repeated one)."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(doc: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    for heading in re.findall(r"^#+ (.+)$", _FENCED.sub("", doc.read_text()), re.M):
+        slug = _slug(heading)
+        seen[slug] = seen.get(slug, 0) + 1
+    return {f"{s}-{n}" if n else s for s, count in seen.items() for n in range(count)}
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_leads_to_a_file_and_heading(doc: Path) -> None:
+    """A link between documents (``[x](operations.md#logs)``) names a file the repository
+    holds and, with an anchor, a heading of that document."""
+    text = re.sub(r"`[^`\n]*`", "", _FENCED.sub("", doc.read_text()))
+    broken = []
+    for link in _LINK.findall(text):
+        if link.startswith(("http:", "https:", "mailto:")):
+            continue
+        target, _, anchor = link.partition("#")
+        linked = (doc.parent / target) if target else doc
+        if not linked.exists():
+            broken.append(f"{link}: no such file")
+        elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
+            broken.append(f"{link}: no such heading")
+    assert broken == []
+
+
+#: a test named in a code span: ``test_x``, ``test_x[param]`` or ``path/file.py::test_x``;
+#: not an earlier name the text gives with its new one (```old`, now ``new```)
+_CITED_TEST = re.compile(r"`(?:([\w/.-]+\.py)::)?(test_\w+)(?:\[[^\]`]*\])?`(?!, now )")
+
+
+def _tests_defined() -> dict[str, set[str]]:
+    """Test functions and test modules (without ``.py``) -> the files that hold them."""
+    defined: dict[str, set[str]] = {}
+    for folder in ("tests", "wsnmom/testing"):
+        for path in (ROOT / folder).rglob("*.py"):
+            defined.setdefault(path.stem, set()).add(path.name)
+            for name in re.findall(r"def (test_\w+)", path.read_text()):
+                defined.setdefault(name, set()).add(path.name)
+    return defined
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_cited_test_exists(doc: Path) -> None:
+    """A test the documentation names as proof of something is one the suite has (in the
+    module named with it)."""
+    defined = _tests_defined()
+    missing = [
+        f"{module}::{name}" if module else name
+        for module, name in _CITED_TEST.findall(doc.read_text())
+        if name not in defined or (module and Path(module).name not in defined[name])
+    ]
+    assert missing == []
+
+
+def _admin_routes() -> set[str]:
+    """``METHOD /path`` of every admin API route, parameters as ``<>``; the subscription
+    action route once per action."""
+    from flask import Flask
+    from wsnmom.soap_frontend import admin_actions, app  # noqa: F401 - registers the routes
+    from wsnmom.soap_frontend.admin_api import admin_api
+
+    flask_app = Flask(__name__)
+    flask_app.register_blueprint(admin_api)
+    routes = set()
+    for rule in flask_app.url_map.iter_rules():
+        if rule.endpoint == "static":
+            continue
+        for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
+            path = re.sub(r"<(?:[^:>]+:)?([^>]+)>", r"<\1>", rule.rule)
+            if path.endswith("/<action>"):
+                actions = admin_actions._SUBSCRIPTION_ACTIONS
+                routes |= {f"{method} {path[: -len('<action>')]}{a}" for a in actions}
+            else:
+                routes.add(f"{method} {path}")
+    return {re.sub(r"<[^>]+>", "<>", route) for route in routes}
+
+
+def test_every_admin_api_route_is_documented_and_every_documented_one_exists() -> None:
+    """operations.md names every route of the admin API (``GET /wsn/admin/api/...``, in its
+    tables or its text) and no other."""
+    text = OPERATIONS.read_text()
+    documented = set()
+    for method, path, more in re.findall(
+        r"\b(GET|POST)\s+(/wsn/admin/api/[^`\s\[?]*)[^`]*`(?: \(([^)]*)\))?", text
+    ):
+        path = re.sub(r"<[^>]+>", "<>", path)
+        documented.add(f"{method} {path}")
+        for alternative in re.findall(r"`(\w+)`", more):  # "/pause` (`resume`, ...)"
+            documented.add(f"{method} {path.rsplit('/', 1)[0]}/{alternative}")
+    assert documented == _admin_routes()
+
+
+def test_every_hook_is_documented_with_its_arguments() -> None:
+    """docs/plugins.md has a heading and a call line (``wsnmom_x(a, b)``) for every hook of
+    ``core/hookspecs.py``, with the hook's arguments, and documents no other hook."""
+    import inspect
+
+    from wsnmom.core import hookspecs
+
+    text = (ROOT / "docs" / "plugins.md").read_text()
+    hooks = {
+        name: list(inspect.signature(function).parameters)
+        for name, function in vars(hookspecs).items()
+        if name.startswith("wsnmom_") and inspect.isfunction(function)
+    }
+    documented = {
+        name: [a.strip() for a in arguments.split(",") if a.strip()]
+        for name, arguments in re.findall(r"^(wsnmom_\w+)\(([^)]*)\)$", text, re.M)
+    }
+    headings = set(re.findall(r"^#### (wsnmom_\w+)$", text, re.M))
+    assert documented == hooks
+    assert headings == set(hooks)

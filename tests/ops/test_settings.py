@@ -279,16 +279,3 @@ def test_tables_merge_across_sources(tmp_path: Path) -> None:
     cfg.write_text('[log_levels]\npika = "INFO"\n"wsnmom.soap" = "debug"\n')
     settings, _ = _load({"WSNMOM_LOG_LEVELS__URLLIB3": "error"}, cfg)
     assert settings.log_levels == {"pika": "INFO", "wsnmom.soap": "DEBUG", "urllib3": "ERROR"}
-
-
-def test_every_setting_is_documented() -> None:
-    """docs/configuration.md has a table row for every setting (by its last name part)."""
-    text = (ROOT / "docs" / "configuration.md").read_text()
-    rows = {
-        name
-        for line in text.splitlines()
-        if line.startswith("| `")
-        for name in re.findall(r"`([a-z_]+)`", line.split("|")[1])
-    }
-    missing = [n for n in setting_names() if n.rsplit(".", 1)[-1] not in rows]
-    assert missing == []

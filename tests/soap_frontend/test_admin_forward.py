@@ -18,7 +18,7 @@ from wsnmom.soap_frontend.admin_forward import EXTENSION, elsewhere
 from wsnmom.soap_frontend.auth import FORWARDED_ADMIN_KEY
 from wsnmom.soap_frontend.pull_forward import PullForward
 
-from tests.soap_frontend.test_pull_forward import PP, SECRET, Reader
+from tests.support.pull_forward_rig import PP, SECRET, Reader
 
 SHARDS = 4
 
@@ -55,11 +55,8 @@ def app_of(readers: PullOwners) -> Flask:
 
 @pytest.fixture
 def reader() -> Iterator[Reader]:
-    r = Reader()
-    try:
+    with Reader() as r:
         yield r
-    finally:
-        r.close()
 
 
 def test_a_forwarded_purge_at_an_instance_that_no_longer_holds_the_backlog_is_try_again(

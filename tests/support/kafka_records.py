@@ -22,7 +22,7 @@ def delete_records_or_skip(admin: Any, end: TopicPartition, broker: Any) -> None
 
     ``broker`` is the session's ``kafka_broker`` (a ``ResolvedBroker``).
     """
-    from tests.fixtures.brokers import TansuNode
+    from tests.fixtures.tansu import TansuNode
 
     if isinstance(broker.node, TansuNode):
         pytest.skip(f"tansu {REASON} (DeleteRecords is not implemented)")

@@ -44,7 +44,7 @@ NODES = {
     "rabbitmq": ("from tests.fixtures.brokers import RabbitNode", "RabbitNode"),
     "postgres": ("from tests.fixtures.postgres import PostgresNode", "PostgresNode"),
     "mosquitto": ("from tests.fixtures.mosquitto import MosquittoNode", "MosquittoNode"),
-    "tansu": ("from tests.fixtures.brokers import TansuNode", "TansuNode"),
+    "tansu": ("from tests.fixtures.tansu import TansuNode", "TansuNode"),
 }
 
 

@@ -201,6 +201,20 @@ def test_fixed_set_does_not_grow(tree_s: TopicNamespace) -> None:
     ts.admit(Topic(TNS, ("t1",)))  # members are fine
 
 
+def test_check_name_applies_the_namespace_rules_only(tree_s: TopicNamespace) -> None:
+    """``check_name`` (a topic only carried: a Notify to a pull point): a fixed set's
+    non-member, or a new topic past the growth limit, passes and is not added; a root
+    the declared namespace does not define is refused."""
+    ts = TopicSet([tree_s], fixed=True)
+    grown, size = ts.grown, len(ts)
+    ts.check_name(Topic(TNS, ("t1", "new")))
+    ts.check_name(Topic("urn:adhoc", ("x",)))
+    with pytest.raises(TopicNotSupported, match="not defined"):
+        ts.check_name(Topic(TNS, ("t9",)))
+    assert (ts.grown, len(ts)) == (grown, size)
+    assert Topic("urn:adhoc", ("x",)) not in ts
+
+
 def test_duplicate_namespace_rejected(tree_s: TopicNamespace) -> None:
     with pytest.raises(InvalidTopicNamespace):
         TopicSet([tree_s, load_topic_namespace(TREE_S_XML)])

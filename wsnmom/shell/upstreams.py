@@ -49,10 +49,14 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
 @click.option("--namespace", metavar="URI", help="Namespace the relayed topics appear under.")
 @click.option("--remote-user", help="User name at the producer (HTTP Basic, or --remote-wsse).")
 @click.option(
-    "--remote-password", envvar="WSNMOM_UPSTREAM_PASSWORD", help="Its password (or that variable)."
+    "--remote-password",
+    envvar="WSNMOM_UPSTREAM_PASSWORD",
+    help="Its password (also $WSNMOM_UPSTREAM_PASSWORD).",
 )
 @click.option(
-    "--remote-token", envvar="WSNMOM_UPSTREAM_TOKEN", help="A bearer token at the producer."
+    "--remote-token",
+    envvar="WSNMOM_UPSTREAM_TOKEN",
+    help="A bearer token at the producer (also $WSNMOM_UPSTREAM_TOKEN).",
 )
 @click.option(
     "--remote-wsse",

@@ -32,7 +32,7 @@ def _kafka(stack: ExitStack) -> str:
     bootstrap = os.environ.get("WSNMOM_BENCH_KAFKA_BOOTSTRAP")
     if bootstrap:
         return bootstrap
-    from tests.fixtures.brokers import TansuNode
+    from tests.fixtures.tansu import TansuNode
 
     node = TansuNode()
     node.start()

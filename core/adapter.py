@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from wsnmom.core.adapter_capabilities import Capabilities
 from wsnmom.core.adapter_errors import (
@@ -132,6 +132,7 @@ __all__ = [
     "MiddlewareRefused",
     "OutboundMessage",
     "Overflow",
+    "PositionKeeper",
     "PublishFailed",
     "PublishReceipt",
     "QueueLimits",
@@ -144,6 +145,33 @@ __all__ = [
     "TopicUnavailable",
     "is_internal_namespace",
 ]
+
+
+#: a stream of a log-based middleware, ``(log name, partition)`` (a Kafka topic partition)
+Stream = tuple[str, int]
+
+
+class PositionKeeper(Protocol):
+    """Cluster mode: where core keeps the delivery positions of durable subscriptions
+    (offsets per stream, by subscription name) in the shared store, each write fenced by
+    the shard this instance holds for the name (``Adapter.positions_kept_by``).
+    Thread-safe; every call is a store round trip (never on a thread that must not wait).
+    Exceptions mean "not known / not done now"."""
+
+    def load(self, names: Collection[str]) -> dict[str, dict[Stream, int]]:
+        """The kept positions of these names (a name with none kept is left out)."""
+
+    def load_all(self) -> dict[str, dict[Stream, int]]:
+        """Every kept name's positions."""
+
+    def save(self, changes: Mapping[str, Mapping[Stream, int]]) -> set[str]:
+        """Keep these positions (the streams named are replaced, others kept), in one
+        statement; returns the names refused: this instance no longer holds the shard
+        the name is fenced by (another instance took it since, or this one never held
+        it).  Nothing of a refused name is written."""
+
+    def delete(self, names: Collection[str]) -> None:
+        """Forget these names' positions (not fenced; unknown names are ignored)."""
 
 
 class Adapter(abc.ABC):
@@ -210,6 +238,19 @@ class Adapter(abc.ABC):
         just before every position write and drops the write when it says no: an instance
         that was stopped past its lease (a zombie) then never moves a position back behind
         the one the new deliverer saved.  Default: nothing to do."""
+        return None
+
+    def positions_kept_by(self, keeper: PositionKeeper) -> None:
+        """Cluster mode on a store that can fence position writes (PostgreSQL): an
+        adapter that keeps delivery positions itself (``shared_by_instances``) may keep
+        them in ``keeper`` instead, whose writes land only while this instance holds the
+        subscription's shard at the epoch it holds it with, checked by the store in the
+        write's own statement: a write that passed ``may_save`` and was then held up (a
+        process stopped, SIGCONT after another instance took the shard over) is refused
+        rather than moving the new deliverer's position back.  Names ``save`` refuses are
+        to be treated as a ``may_save`` refusal.  Called right after
+        ``shared_by_instances``, before any subscription is made.  Default: nothing (the
+        adapter keeps its positions in the middleware, fenced by ``may_save`` alone)."""
         return None
 
     def kept_in_store(self, stored: Callable[[str], bool]) -> None:

@@ -132,6 +132,9 @@ class ClusterMember:
         #: shards handed back cleanly: until when their last lease was valid (the final
         #: positions of their deliveries may still be saved until then, ``may_save``)
         self._released_until: dict[int, float] = {}
+        #: the epochs those shards were held with (their positions' fencing token,
+        #: ``token``): written before ``_released_until``, kept as long as it
+        self._released_epochs: dict[int, int] = {}
         self._leader = not self.shared
         self._stop = threading.Event()
         self._following = FollowThread(
@@ -171,6 +174,25 @@ class ClusterMember:
             return True
         until = self._released_until.get(self.shard(subscription_id))
         return until is not None and time.monotonic() < until
+
+    def token(self, subscription_id: str) -> tuple[int, int] | None:
+        """The fencing token of the subscription's position writes: (its shard, the
+        epoch this instance holds it with) whenever ``may_save`` says yes (a clean
+        hand-back's epoch during its grace), else None.  The store writes a position only
+        while the shard's epoch is still that one (``core.position_fence``): a takeover
+        bumps it, so a write that passed ``may_save`` before the process was stopped is
+        refused once another instance took the shard."""
+        if not self.shared:
+            return None
+        shard = self.shard(subscription_id)
+        epoch = self._held.get(shard)
+        if epoch is not None and time.monotonic() < self._valid_until:
+            return shard, epoch
+        until = self._released_until.get(shard)
+        epoch = self._released_epochs.get(shard)
+        if until is None or epoch is None or time.monotonic() >= until:
+            return None
+        return shard, epoch
 
     def leads(self) -> bool:
         """Whether this instance runs the cluster's periodic work."""
@@ -278,7 +300,8 @@ class ClusterMember:
         if self.shared:
             held = set(self._held)
             # recorded before they are forgotten: ``may_save``, asked meanwhile from
-            # delivery threads, says yes for them throughout
+            # delivery threads, says yes for them throughout (``token``: with their epochs)
+            self._released_epochs = {**self._released_epochs, **self._held}
             self._released_until.update(dict.fromkeys(held, self._valid_until))
             self._held = {}
             self._valid_until = 0.0
@@ -343,8 +366,11 @@ class ClusterMember:
         # cover for a moment the shards another instance took over)
         now = time.monotonic()
         released_until = {s: t for s, t in self._released_until.items() if t > now}
+        released_epochs = {s: e for s, e in self._released_epochs.items() if s in released_until}
         for shard in lost & set(leases.released):
             released_until[shard] = self._valid_until
+            released_epochs[shard] = self._held[shard]
+        self._released_epochs = released_epochs
         self._released_until = released_until
         if lost:
             self._held = {s: e for s, e in self._held.items() if s in now_held}

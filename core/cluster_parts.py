@@ -5,7 +5,8 @@
 the topic set the instances share (``core.topic_share``), and core's position fence,
 which the adapter asks before it saves a position (``may_save``).  On a store only one
 instance opens (SQLite) the same parts exist, but no shared topic set; the adapter is
-given no fence then.
+given no fence then.  On PostgreSQL the adapter is also handed the store's positions
+table, whose writes are fenced by shard epochs (``FencedPositions``, ``token``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from wsnmom.core.departed import DepartedSweep
 from wsnmom.core.follow import Follower
 from wsnmom.core.orphans import OrphanSweep
 from wsnmom.core.ownership import Ownership
+from wsnmom.core.position_fence import FencedPositions
 from wsnmom.core.pull_owners import PullOwners
 from wsnmom.core.pull_points import PullPoints
 from wsnmom.core.registrations import Registrations
@@ -83,6 +85,9 @@ class ClusterParts:
         )
         if self.cluster.shared:
             ctx.adapter.shared_by_instances(self.may_save)
+            table = self.cluster.coordination.positions()
+            if table is not None:  # positions fenced by shard epochs in the store
+                ctx.adapter.positions_kept_by(FencedPositions(table, self.token))
             ctx.adapter.kept_in_store(self.stored)
             ctx.adapter.kept_in_store_many(ctx.store.held)
             ctx.adapter.joined_as(ctx.instance_id)
@@ -102,6 +107,18 @@ class ClusterParts:
         before every position write: the feed's pull point is read from the registry (a
         dict read) and remembered, so a feed destroyed a moment ago is still fenced by
         its pull point; never a store query."""
+        return self.cluster.may_save(self._fenced_by(name))
+
+    def token(self, name: str) -> tuple[int, int] | None:
+        """The fencing token of ``name``'s position writes in the store
+        (``core.position_fence``): the shard ``may_save`` fences it by and the epoch this
+        instance holds that shard with (``ClusterMember.token``); None when ``may_save``
+        says no."""
+        return self.cluster.token(self._fenced_by(name))
+
+    def _fenced_by(self, name: str) -> str:
+        """The name whose shard fences ``name``'s positions: a feed's pull point, else
+        ``name`` itself (``may_save``)."""
         if self.pull_owners.active:
             pull_point = self._feeds.get(name)
             if pull_point is None:
@@ -112,8 +129,8 @@ class ClusterParts:
                         self._feeds.clear()
                     self._feeds[name] = pull_point
             if pull_point is not None:
-                return self.cluster.may_save(pull_point)
-        return self.cluster.may_save(name)
+                return pull_point
+        return name
 
     def stored(self, name: str) -> bool:
         """Whether the store holds the subscription or pull point ``name``

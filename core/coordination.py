@@ -23,9 +23,12 @@ import time
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from wsnmom.core import errors
+
+if TYPE_CHECKING:
+    from wsnmom.core.position_fence import PositionTable
 
 __all__ = [
     "INSTANCE_HEADER",
@@ -179,6 +182,12 @@ class Coordination(Protocol):
         answers "try again"."""
         ...
 
+    def positions(self) -> PositionTable | None:
+        """The store's table of delivery positions fenced by shard epochs
+        (``core.position_fence``), None when the store has none (a store only one
+        instance opens: nobody else can take a shard there)."""
+        ...
+
 
 class SingleInstance:
     """The coordination of a store one instance opens: it leads and holds every shard;
@@ -225,6 +234,9 @@ class SingleInstance:
         return [InstanceInfo(self.instance_id, self._address, self._version, 0.0)]
 
     def leave(self) -> None:
+        return None
+
+    def positions(self) -> PositionTable | None:
         return None
 
     def secret(self) -> str:

@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Any
 from wsnmom.core.coordination import Change, InstanceInfo, InstanceRefused, Leases
 
 if TYPE_CHECKING:
+    from wsnmom.core.positions_postgres import PostgresPositions
     from wsnmom.core.store_postgres import PostgresStore
 
 __all__ = ["LEADER_LOCK", "SETTLE", "PostgresCoordination"]
@@ -81,6 +82,10 @@ PRUNE_LOCK_WAIT = "200ms"
 #: round trips, which at every heartbeat were half of an idle leader's wake-ups)
 PRUNE_EVERY = 30.0
 CHANNEL = "wsnmom_changes"
+#: shard rows an instance updates are locked in shard order, as a position save locks
+#: them (``core.positions_postgres``): two statements that lock several of them in the
+#: same order never deadlock
+_IN_ORDER = "ORDER BY shard FOR UPDATE"
 #: the lease assumed before the first heartbeat (``cluster.lease``'s default)
 DEFAULT_LEASE = 10.0
 #: the share of a lease each store call of the heartbeat thread may take: the heartbeat's
@@ -361,8 +366,9 @@ class PostgresCoordination:
                 int(s): int(e)
                 for s, e in conn.execute(
                     "UPDATE wsnmom_shards SET expires_at = now() + make_interval(secs => %s) "
+                    "WHERE shard IN (SELECT shard FROM wsnmom_shards "
                     "WHERE owner = %s AND expires_at > now() AND shard < %s "
-                    "RETURNING shard, epoch",
+                    f"{_IN_ORDER}) RETURNING shard, epoch",
                     (lease, me, shards),
                 ).fetchall()
             }
@@ -396,7 +402,8 @@ class PostgresCoordination:
         with self._store.statement(self._beat_bound()) as conn:
             conn.execute(
                 "UPDATE wsnmom_shards SET owner = NULL, expires_at = now() "
-                "WHERE owner = %s AND shard = ANY(%s)",
+                "WHERE shard IN (SELECT shard FROM wsnmom_shards "
+                f"WHERE owner = %s AND shard = ANY(%s) {_IN_ORDER})",
                 (self.instance_id, list(shards)),
             )
 
@@ -428,7 +435,9 @@ class PostgresCoordination:
         try:
             with self._store.transaction() as conn:
                 conn.execute(
-                    "UPDATE wsnmom_shards SET owner = NULL, expires_at = now() WHERE owner = %s",
+                    "UPDATE wsnmom_shards SET owner = NULL, expires_at = now() "
+                    "WHERE shard IN (SELECT shard FROM wsnmom_shards "
+                    f"WHERE owner = %s {_IN_ORDER})",
                     (self.instance_id,),
                 )
                 conn.execute("DELETE FROM wsnmom_instances WHERE id = %s", (self.instance_id,))
@@ -436,6 +445,12 @@ class PostgresCoordination:
             log.warning("instance %s: leaving the cluster failed", self.instance_id, exc_info=True)
         self._drop_leading()
         self._drop_listening()
+
+    def positions(self) -> PostgresPositions:
+        """The positions table, fenced by the shards' epochs (``core.positions_postgres``)."""
+        from wsnmom.core.positions_postgres import PostgresPositions
+
+        return PostgresPositions(self._store)
 
     def secret(self) -> str:
         with self._store.transaction() as conn:

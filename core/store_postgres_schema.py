@@ -109,5 +109,13 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         """CREATE TRIGGER topics_changed AFTER INSERT ON wsnmom_topics
             FOR EACH ROW EXECUTE FUNCTION wsnmom_note_change('topic')""",
     ),
+    # the delivery positions of durable subscriptions on a log-based middleware (Kafka),
+    # per stream; written only while the writer's shard epoch is still the shard's
+    # (``core.positions_postgres``)
+    11: (
+        """CREATE TABLE wsnmom_positions (
+            name TEXT NOT NULL, stream TEXT NOT NULL, part INTEGER NOT NULL,
+            position BIGINT NOT NULL, PRIMARY KEY (name, stream, part))""",
+    ),
 }
 SCHEMA_VERSION = max(MIGRATIONS)

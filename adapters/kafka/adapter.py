@@ -126,6 +126,7 @@ from wsnmom.core.adapter import (
     AdapterUnavailable,
     Capabilities,
     OutboundMessage,
+    PositionKeeper,
     PublishReceipt,
     StoredMessage,
     SubscriptionHandle,
@@ -266,6 +267,8 @@ class KafkaAdapter(LogAdapter):
         self._shared = False
         #: core's fence for position writes (``shared_by_instances``)
         self._may_save: Callable[[str], bool] | None = None
+        #: core's keeper of positions fenced in the store (``positions_kept_by``)
+        self._keeper: PositionKeeper | None = None
 
     def __repr__(self) -> str:
         return f"<KafkaAdapter {redact_url(self.url)} {self.settings.redacted()}>"
@@ -328,6 +331,7 @@ class KafkaAdapter(LogAdapter):
             )
             engine.shared = self._shared
             engine.may_save = self._may_save
+            engine.keeper = self._keeper
             engine.start()
         except KafkaException as exc:
             self._release(parts)
@@ -381,6 +385,15 @@ class KafkaAdapter(LogAdapter):
             if self._open is not None:
                 self._open.engine.shared = True
                 self._open.engine.may_save = may_save
+
+    def positions_kept_by(self, keeper: PositionKeeper) -> None:
+        """Cluster mode on PostgreSQL: positions are kept by core's ``keeper`` (fenced
+        by shard epochs in the store), the consumer groups written after it as a mirror
+        for ``kafka-consumer-groups`` (``adapters.logbase.kept``; docs/scale-out.md)."""
+        with self._lock:
+            self._keeper = keeper
+            if self._open is not None:
+                self._open.engine.keep_positions(keeper)
 
     def _require(self) -> _Open:
         state = self._open

@@ -13,6 +13,7 @@ from .backend import (
     StreamId,
 )
 from .cursor import Cursor
+from .kept import KeptPositions
 from .parts import EngineParts
 
 #: the engine's logger (one name for all its parts)
@@ -193,7 +194,10 @@ class Commits(EngineParts):
         self._fence(changes, own)
         if changes:
             try:
-                store.save(changes)
+                if isinstance(store, KeptPositions):
+                    self._drop_refused(store.save_fenced(changes), changes, own)
+                else:
+                    store.save(changes)
             except Exception:
                 with self.lock:
                     self._own_save |= set(own)
@@ -239,6 +243,18 @@ class Commits(EngineParts):
             del changes[name]
             own.pop(name, None)
             log.info("position of %s not saved: this instance no longer delivers it", name)
+
+    @staticmethod
+    def _drop_refused(
+        refused: set[str], changes: dict[str, dict[StreamId, int]], own: dict[str, int]
+    ) -> None:
+        """Drop what core's keeper refused from what is recorded as saved: as a refusal of
+        the fence (``_fence``), for a write that passed it and found the shard taken over
+        by another instance once it reached the store (a process stopped in between)."""
+        for name in refused:
+            changes.pop(name, None)
+            own.pop(name, None)
+            log.info("position of %s not saved: another instance took its shard over", name)
 
     def _own_due(self, cursor: Cursor, now: float) -> dict[StreamId, int] | None:
         """The positions to save for attached ``cursor`` now, if it is due: marked by the

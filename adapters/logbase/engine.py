@@ -107,12 +107,14 @@ from collections.abc import Callable, Mapping
 
 from wsnmom.core.adapter import (
     AdapterUnavailable,
+    PositionKeeper,
     Received,
 )
 from wsnmom.topic_mapping.index import TopicIndex
 
 from .backend import (
     LogBackend,
+    PositionStore,
     SelectiveHeadReader,
     StreamId,
 )
@@ -122,6 +124,7 @@ from .catch_up import CatchUp
 from .commits import Commits
 from .cursor import Cursor
 from .head import Head
+from .kept import KeptPositions
 from .peeking import Peeking
 from .subscriptions import Subscriptions
 
@@ -175,10 +178,10 @@ class CursorEngine(Subscriptions, Head, Commits, CatchUp, Burial, Backlog, Peeki
         #: several gateway instances deliver these subscriptions, one at a time each
         #: (see the module docstring); set before cursors are made
         self.shared = False
-        #: shared: whether this instance may still write a subscription's position (core's
-        #: lease fence, ``Adapter.shared_by_instances``), asked before every write; None:
-        #: always
+        #: shared: core's lease fence, asked before every position write (None: always)
         self.may_save: Callable[[str], bool] | None = None
+        #: shared: core's keeper of positions fenced by shard epochs (``kept``)
+        self.keeper: PositionKeeper | None = None
         self.lock = threading.RLock()
         self._cursors = {}
         self._index = TopicIndex()
@@ -229,7 +232,7 @@ class CursorEngine(Subscriptions, Head, Commits, CatchUp, Burial, Backlog, Peeki
         with self.lock:
             if self._running:
                 return
-            self._store = self.backend.position_store()
+            self._store = self._position_store(self.backend.position_store())
             self._stored = self._store.load()
             self._saved_cv = threading.Condition(self.lock)  # see parts.py
             self._head_reader = self.backend.head_reader()
@@ -240,6 +243,18 @@ class CursorEngine(Subscriptions, Head, Commits, CatchUp, Burial, Backlog, Peeki
         self._spawn(self._commit_loop, "wsnmom-log-commit")
         for i in range(self.catch_up_readers):
             self._spawn(self._catch_up_loop, f"wsnmom-log-catch-up-{i}")
+
+    def _position_store(self, store: PositionStore) -> PositionStore:
+        if self.shared and self.keeper is not None and not isinstance(store, KeptPositions):
+            return KeptPositions(self.keeper, store)
+        return store
+
+    def keep_positions(self, keeper: PositionKeeper) -> None:
+        """Shared: keep positions with core's fenced keeper from now on (``keeper``)."""
+        with self.lock:
+            self.keeper = keeper
+            if self._store is not None:
+                self._store = self._position_store(self._store)
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)

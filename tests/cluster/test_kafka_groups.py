@@ -45,6 +45,24 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.kafka]
 SETTINGS = {"WSNMOM_CLUSTER__SHARDS": "1", "WSNMOM_CLUSTER__LEASE": "10"}
 
 
+def kept_in_store(g: Groups, name: str) -> int:
+    """The offsets kept in the store for the subscription ``name`` on the test's topic
+    (the truth in cluster mode on PostgreSQL, ``core.positions_postgres``; the group is
+    its mirror), summed as ``saved`` sums them."""
+    import psycopg
+
+    level = "." + g.on.rpartition("}")[2]
+    with psycopg.connect(g.c.store_url) as conn:
+        rows = conn.execute(
+            "SELECT stream, position FROM wsnmom_positions WHERE name = %s", (name,)
+        ).fetchall()
+    return sum(
+        int(o)
+        for stream, o in rows
+        if stream.startswith(g.topic_prefix) and stream.endswith(level) and o > 0
+    )
+
+
 def groups(admin: AdminClient, prefix: str) -> set[str]:
     """The consumer groups on the broker whose names start with ``prefix``."""
     found = admin.list_consumer_groups(request_timeout=10).result()
@@ -161,7 +179,13 @@ def test_an_unsubscribe_through_the_other_instance_leaves_no_consumer_group(
     wait_until(
         lambda: saved(g.admin, group, g.topic_prefix, on) == 1, 20, what="gone's saved position"
     )
+    # kept in the store first, the group written after it
+    assert kept_in_store(g, gone.id) == 1
     unsubscribe_while_the_deliverer_is_held(g, deliverer, other, gone, kept)
+    # nor any position of it in the store
+    wait_until(
+        lambda: kept_in_store(g, gone.id) == 0, 10, what="no kept position of the unsubscribed"
+    )
 
 
 @pytest.mark.parametrize("middleware", ["kafka"], indirect=True)

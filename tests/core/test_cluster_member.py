@@ -156,10 +156,13 @@ def test_the_final_positions_of_a_shard_handed_back_may_be_saved_until_its_lease
     # the delivery closed at the hand-over saves its final position at the adapter's next
     # commit pass: allowed until the lease it had would have ended
     assert member.may_save(handed)
+    # with the epoch it held the shard with: the store's fence of that write
+    assert member.token(handed) == (1, 1) and member.token(kept) == (0, 1)
+    assert member.token(other) is None
     until = member._released_until[1]
     wait_until(lambda: time.monotonic() >= until, LEASE * 2, what="the old lease's end")
     member._beat(notify=True)  # the lease it keeps renewed
-    assert not member.may_save(handed)
+    assert not member.may_save(handed) and member.token(handed) is None
     assert member.may_save(kept)
 
 

@@ -235,6 +235,15 @@ def test_postgres_store_of_every_earlier_version_is_upgraded(postgres_store_url:
                 # schema 10: recorded topics
                 upgraded.record_topics([Topic("urn:t", ("up",))])
                 assert upgraded.list_topics() == [Topic("urn:t", ("up",))]
+                # schema 11: positions, each write fenced by its shard's epoch
+                coordination.join("http://u", "1", single_instance=False)
+                epoch = coordination.heartbeat(1, 30.0).held[0]
+                table = coordination.positions()
+                assert table is not None
+                rows = [("s", "t", 0, 5, 0, epoch), ("z", "t", 0, 5, 0, epoch - 1)]
+                assert table.save(rows) == {"z"}
+                assert table.load_all() == {"s": {("t", 0): 5}}
+                coordination.leave()
             finally:
                 upgraded.close()
 

@@ -78,9 +78,10 @@ def check_names(
     the option and ``what`` it was given to, with the closest known name."""
     by_lower = {name.lower(): name for name in names}
     for key in sorted(options):
-        if key in by_lower or any(key.startswith(prefix) for prefix in prefixes):
+        name = key.lower()
+        if name in by_lower or any(name.startswith(prefix) for prefix in prefixes):
             continue
-        close = difflib.get_close_matches(key, list(by_lower), n=1, cutoff=0.6)
+        close = difflib.get_close_matches(name, list(by_lower), n=1, cutoff=0.6)
         hint = (
             f"did you mean {by_lower[close[0]]}?"
             if close

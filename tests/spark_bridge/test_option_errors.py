@@ -200,3 +200,33 @@ def test_kafka_ending_offsets_past_the_end(
     ):
         read(startingOffsets=f'{{"{topic}/99": 0}}')
     assert read(startingOffsets=f'{{"{stream}": 1}}', endingOffsets=f'{{"{stream}": 3}}') == [1, 2]
+
+
+def test_misspelt_sink_option_is_refused_before_anything_is_published(
+    spark: Any, tmp_path: Path
+) -> None:
+    """``write_id`` for ``writeId``: ignored, a rerun of the write would publish its rows
+    again; refused when the write starts, naming the option (the target does not answer:
+    nothing is tried)."""
+    from wsnmom.spark_bridge import sink
+
+    from tests.fixtures.brokers import free_port
+
+    target = f"http://127.0.0.1:{free_port()}/wsn/broker"
+    with pytest.raises(
+        ValueError, match=r"wsn_notify sink has no option 'write_id' \(did you mean writeId"
+    ):
+        sink.SinkSettings.parse({"target": target, "write_id": "2024-05-01"})
+    frame = spark.createDataFrame([("<a/>",)], "payload string")
+    writer = (
+        frame.write.format("wsn_notify")
+        .option("target", target)
+        .option("ledger", str(tmp_path / "ledger.sqlite"))
+        .option("write_id", "2024-05-01")
+        .mode("append")
+    )
+    with pytest.raises(Exception, match=r"wsn_notify sink has no option 'write_id'"):
+        writer.save()
+    # the options Spark adds to a streaming write are taken (lower-case keys, as Spark's)
+    options = {"target": target, "writeid": "w", "checkpointlocation": "/c", "queryname": "q"}
+    assert sink.SinkSettings.parse(options).write_id == "w"

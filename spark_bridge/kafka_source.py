@@ -113,6 +113,16 @@ class KafkaBackend(Backend):
     """Kafka topic partitions as the reader's streams (see the module docstring)."""
 
     middleware = "kafka"
+    format_name = "wsn_kafka"
+    option_names = (
+        "url",
+        "bootstrap",
+        "adapterOptions",
+        "exactWatermarks",
+        "groupId",
+        "verifyPayloads",
+    )
+    option_prefixes = ("kafka.",)
 
     def __init__(self, options: Mapping[str, str]) -> None:
         super().__init__(options)

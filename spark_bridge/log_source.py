@@ -41,6 +41,9 @@ class ShippedRange(RangePartition):
 class LogBackend(Backend):
     """A notification log as the reader's one stream."""
 
+    format_name = "wsn_log"
+    option_names = ("path", "shipFromDriver")
+
     def __init__(self, options: Mapping[str, str]) -> None:
         super().__init__(options)
         path = self.options.get("path")

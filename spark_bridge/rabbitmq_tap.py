@@ -73,6 +73,18 @@ class RabbitMQBackend(Backend):
     """A tap stream queue as the reader's one stream (see the module docstring)."""
 
     middleware = "rabbitmq"
+    format_name = "wsn_rabbitmq"
+    option_names = (
+        "url",
+        "adapterOptions",
+        "exchanges",
+        "allExchange",
+        "queue",
+        "headProbeTimeout",
+        "maxAge",
+        "maxLengthBytes",
+        "maxSegmentSizeBytes",
+    )
 
     def __init__(self, options: Mapping[str, str]) -> None:
         super().__init__(options)

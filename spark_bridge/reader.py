@@ -47,9 +47,20 @@ from pyspark.sql.streaming.datasource import (
 )
 from wsnmom.adapters.logbase.public import LogRecord
 
-from .options import SourceError, get_bool, get_int, get_json, lower_keys
+from .options import (
+    COMMON_OPTIONS,
+    EARLIEST,
+    SourceError,
+    check_names,
+    get_bool,
+    get_int,
+    get_json,
+    lower_keys,
+    offset_values,
+    offsets_option,
+)
 from .schema import DDL, RowBuilder
-from .selection import Compiled, Selection
+from .selection import OPTION_NAMES, Compiled, Selection
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -60,8 +71,6 @@ __all__ = ["EARLIEST", "Backend", "OffsetSource", "RangePartition", "RecordsMiss
 
 log = logging.getLogger("wsnmom.spark_bridge")
 
-#: start offset of a stream the checkpoint does not know yet: its first record
-EARLIEST = -2
 #: ``minPartitions`` never splits a range into tasks of fewer offsets than this (a task's
 #: consumer costs ~10-20 ms to start)
 MIN_SPLIT = 10_000
@@ -86,9 +95,21 @@ class Backend(abc.ABC):
 
     #: the ``middleware`` column
     middleware: str
+    #: the data source's name (``wsn_kafka``), for messages
+    format_name: str
+    #: the options of this backend besides :data:`COMMON_OPTIONS`, as the docs spell them
+    option_names: tuple[str, ...] = ()
+    #: prefixes of further options (``kafka.`` for librdkafka properties)
+    option_prefixes: tuple[str, ...] = ()
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self.options = dict(options)
+        check_names(
+            self.options,
+            COMMON_OPTIONS + OPTION_NAMES + self.option_names,
+            f"the {self.format_name} source",
+            prefixes=self.option_prefixes,
+        )
         self.alias = self.options.get("alias") or self.default_alias()
         #: ``includeHeaders``: false leaves the ``headers`` column null (less work per row)
         self.include_headers = bool(get_bool(self.options, "includeheaders", True))
@@ -223,22 +244,9 @@ class _Common:
             raise SourceError(self.where(), f"cannot read the offsets: {exc}") from exc
 
     def starting(self, key: str, bounds: Mapping[str, tuple[int, int]]) -> dict[str, int]:
-        """``startingOffsets``: ``earliest`` (default), ``latest``, or a JSON object
-        ``{stream: offset}`` (-2 earliest, -1 latest)."""
-        text = (self.backend.options.get(key) or "earliest").strip()
-        if text == "earliest":
-            return {s: low for s, (low, _) in bounds.items()}
-        if text == "latest":
-            return {s: high for s, (_, high) in bounds.items()}
-        data = get_json(self.backend.options, key)
-        if not isinstance(data, dict):
-            raise SourceError(self.where(), f"{key} must be earliest, latest or a JSON object")
-        out = {s: low for s, (low, _) in bounds.items()}
-        for stream, value in data.items():
-            low, high = bounds.get(str(stream), (0, 0))
-            value = int(value)
-            out[str(stream)] = low if value == -2 else high if value == -1 else value
-        return out
+        """Offsets option ``key`` (``startingOffsets``, ``endingOffsets``) against the
+        streams' ``bounds`` now (``options.offsets_option``)."""
+        return offsets_option(self.backend.options, key, bounds, self.where())
 
     def _explicit(self, key: str) -> dict[str, int] | None:
         """Option ``key`` when it is a JSON object of offsets (none -1 or -2), else None."""
@@ -248,7 +256,7 @@ class _Common:
         data = get_json(self.backend.options, key)
         if not isinstance(data, dict):
             return None
-        offsets = {str(s): int(v) for s, v in data.items()}
+        offsets = offset_values(data, key, self.where())
         return offsets if all(v >= 0 for v in offsets.values()) else None
 
     def ranges(self, start: Mapping[str, int], end: Mapping[str, int]) -> list[RangePartition]:
@@ -343,7 +351,7 @@ class BatchReader(_Common, DataSourceReader):
         if end is not None:
             start = self._explicit("startingoffsets")
             if start is not None and set(end) <= set(start):
-                return {s: start[s] for s in end}, end
+                return self._ordered({s: start[s] for s in end}, end)
         bounds = self.bounds()
         start = self.starting("startingoffsets", bounds)
         ending = backend.options.get("endingoffsets")
@@ -351,6 +359,19 @@ class BatchReader(_Common, DataSourceReader):
             end = self.starting("endingoffsets", bounds)
         else:
             end = {s: high for s, (_, high) in bounds.items()}
+        return self._ordered(start, end)
+
+    def _ordered(
+        self, start: dict[str, int], end: dict[str, int]
+    ) -> tuple[dict[str, int], dict[str, int]]:
+        """``(start, end)``, refused when a stream would end before it starts."""
+        for stream, stop in sorted(end.items()):
+            first = start.get(stream, stop)
+            if first > stop:
+                raise SourceError(
+                    self.where(),
+                    f"startingOffsets {first} of {stream} is after its endingOffsets {stop}",
+                )
         return start, end
 
     def partitions(self) -> Sequence[InputPartition]:

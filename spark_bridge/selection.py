@@ -29,7 +29,25 @@ from wsnmom.topic_mapping.model import PathPattern
 from wsnmom.topic_mapping.namespaces import load_topic_namespace
 from wsnmom.topic_mapping.topic_set import TopicSet
 
-__all__ = ["DIALECT_NAMES", "Compiled", "Selection", "SelectionError", "parse_mapping"]
+__all__ = [
+    "DIALECT_NAMES",
+    "OPTION_NAMES",
+    "Compiled",
+    "Selection",
+    "SelectionError",
+    "parse_mapping",
+]
+
+#: the options of a selection (``Selection.from_options``), as the docs spell them
+OPTION_NAMES = (
+    "topic",
+    "dialect",
+    "namespaces",
+    "topicNamespaces",
+    "fixedTopicSet",
+    "messageContent",
+    "messageContentNamespaces",
+)
 
 #: short dialect names accepted besides the dialect URIs
 DIALECT_NAMES = {"simple": SIMPLE, "concrete": CONCRETE, "full": FULL, "xpath": XPATH}

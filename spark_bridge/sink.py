@@ -52,7 +52,7 @@ from pyspark.sql.datasource import (
 )
 
 from .ledger import Ledger
-from .options import SourceError, get_float, get_int, get_json, lower_keys, redact
+from .options import SourceError, check_names, get_float, get_int, get_json, lower_keys, redact
 from .selection import SelectionError, parse_mapping
 
 if TYPE_CHECKING:
@@ -77,6 +77,27 @@ class StagedRows(WriterCommitMessage):
     rows: list[Staged] = field(default_factory=list)
 
 
+#: the sink's options (docs/spark.md), and those Spark adds to a streaming write's: a
+#: misspelt one (``write_id``) is refused rather than ignored (a rerun publishing again)
+SINK_OPTIONS = (
+    "target",
+    "adapterOptions",
+    "topic",
+    "dialect",
+    "namespaces",
+    "ledger",
+    "sinkId",
+    "writeId",
+    "chunk",
+    "contentType",
+    "producer",
+    "timeout",
+    "checkpointLocation",
+    "queryName",
+    "path",
+)
+
+
 @dataclass(frozen=True)
 class SinkSettings:
     """A sink's options, parsed (picklable)."""
@@ -96,6 +117,7 @@ class SinkSettings:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkSettings:
+        check_names(options, SINK_OPTIONS, "the wsn_notify sink")
         target = options.get("target") or ""
         if not target:
             raise ValueError(

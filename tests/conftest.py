@@ -33,11 +33,13 @@ pytest_plugins.append("pytester")  # tests/testing runs the wsnmom pytest plugin
 
 def pytest_configure(config: pytest.Config) -> None:
     """Before xdist starts its workers (in the controller only): write the bytecode cache
-    every child process reads (tests/support/bytecode.py says why)."""
+    every child process reads, and pytest's cache of the rewritten test modules that every
+    worker reads while it collects (tests/support/bytecode.py says why)."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
-        from tests.support.bytecode import compile_sources
+        from tests.support.bytecode import compile_sources, rewrite_test_modules
 
         compile_sources()
+        rewrite_test_modules(config)
 
 
 def _capability_names() -> set[str]:

@@ -45,7 +45,8 @@ SENTINEL = b"<sentinel/>"
 class Instance:
     """One adapter in cluster mode and its fence (``may``: name -> delivers)."""
 
-    def __init__(self, url: str, data_dir: Path, prefix: str) -> None:
+    def __init__(self, url: str, data_dir: Path, prefix: str, **options: object) -> None:
+        """``options``: more adapter options (``reconnect_max_delay``)."""
         self.may: dict[str, bool] = {}
         self.adapter = MqttAdapter(
             url,
@@ -55,6 +56,7 @@ class Instance:
                 "topic_prefix": prefix,
                 "session_expiry": 600,
                 "reconnect_min_delay": 0.1,
+                **options,
             },
         )
         self.adapter.shared_by_instances(lambda name: self.may.get(name, True))

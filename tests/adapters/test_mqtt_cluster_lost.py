@@ -59,12 +59,20 @@ def delivering(a: Instance, b: Instance, name: str) -> tuple[Collector, ClusterH
     return consumer, hb
 
 
+#: the instances' longest reconnect backoff: a session found gone is asked about again
+#: after it, and after each failed question (the default, 10 s, made the store-failure
+#: test wait 10 s before the store's answer was asked for again)
+RETRY = 1.0
+
+
 @pytest.fixture
 def two(mqtt_url: str, tmp_path: Path) -> Iterator[tuple[Instance, Instance, Store]]:
     """Two instances on the session's broker, one store."""
     prefix = f"c{uuid.uuid4().hex[:8]}"
     store = Store()
-    made = [Instance(mqtt_url, tmp_path / f"i{i}", prefix) for i in range(2)]
+    made = [
+        Instance(mqtt_url, tmp_path / f"i{i}", prefix, reconnect_max_delay=RETRY) for i in range(2)
+    ]
     for inst in made:
         inst.adapter.kept_in_store(store)
     yield made[0], made[1], store

@@ -12,6 +12,13 @@ The cache it writes is checked by the hash of the source (PEP 552's checked hash
 pycs), not by its modification time: a source rewritten within the same second at the
 same size (a mutant of mutmut's, one operator for another) is never run from a stale
 cache.  A file whose cache already holds its hash is not compiled again.
+
+pytest keeps a cache of its own, of the test modules with their ``assert`` statements
+rewritten (``__pycache__/*-pytest-*.pyc``, checked by the source's hash too), and does not
+write it either under that variable: each pytest-xdist worker rewrote every test module
+again while it collected (about 14 s of CPU a worker for this suite, three workers at once
+on two cores).  :func:`rewrite_test_modules` writes that cache once, in the controller,
+before the workers start; they read it.
 """
 
 from __future__ import annotations
@@ -19,6 +26,10 @@ from __future__ import annotations
 import importlib.util
 import py_compile
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 #: top-level folders that hold no Python the suite imports
@@ -27,10 +38,11 @@ _SKIPPED = {"build", "docker", "docs"}
 _CHECKED_HASH = (3).to_bytes(4, "little")
 
 
-def _current(source: Path, data: bytes) -> bool:
-    """Whether the cache of ``source`` is a checked hash-based pyc of ``data``."""
+def _current(source: Path, data: bytes, cache: str | None = None) -> bool:
+    """Whether the cache of ``source`` (Python's, or the file ``cache``) is a checked
+    hash-based pyc of ``data``."""
     try:
-        with open(importlib.util.cache_from_source(str(source)), "rb") as cached:
+        with open(cache or importlib.util.cache_from_source(str(source)), "rb") as cached:
             header = cached.read(16)
     except OSError:
         return False
@@ -62,3 +74,61 @@ def compile_sources(root: Path = ROOT) -> int:
                 continue
             compiled += 1
     return compiled
+
+
+def _rewritten_candidates(config: pytest.Config, root: Path) -> dict[Path, str]:
+    """The Python files of the test paths and of the modules marked for rewriting
+    (``pytest_plugins``, ``pytest.register_assert_rewrite``), with their module names."""
+    from _pytest.assertion.rewrite import assertstate_key
+
+    found: dict[Path, str] = {}
+    for folder in config.getini("testpaths") or ["."]:
+        for source in (root / folder).rglob("*.py"):
+            parts = source.relative_to(root).with_suffix("").parts
+            found[source] = ".".join(parts).removesuffix(".__init__")
+    hook = config.stash[assertstate_key].hook
+    for name in getattr(hook, "_must_rewrite", ()):
+        base = root.joinpath(*name.split("."))
+        for source in (base.with_suffix(".py"), base / "__init__.py"):
+            if source.is_file():
+                found[source] = name
+    return found
+
+
+def rewrite_test_modules(config: pytest.Config, root: Path = ROOT) -> int:
+    """Write pytest's cache of every module its assertion rewriting hook would rewrite
+    (test modules, conftests, marked plugins) whose cache is missing or stale; returns how
+    many were written.  It uses pytest's own functions (private ones: with a pytest that
+    lacks them it writes nothing, and each process rewrites as it did before)."""
+    try:
+        from _pytest.assertion.rewrite import (
+            PYC_TAIL,
+            _rewrite_test,
+            _write_pyc,
+            assertstate_key,
+            get_cache_dir,
+            try_makedirs,
+        )
+
+        state = config.stash[assertstate_key]
+        hook = state.hook
+        candidates = _rewritten_candidates(config, root)
+    except (ImportError, KeyError, AttributeError):
+        return 0
+    if hook is None:  # --assert=plain
+        return 0
+    written = 0
+    for source, name in sorted(candidates.items()):
+        if not hook._should_rewrite(name, str(source), state):
+            continue
+        cache_dir = get_cache_dir(source)
+        pyc = cache_dir / (source.name[:-3] + PYC_TAIL)
+        if _current(source, source.read_bytes(), str(pyc)) or not try_makedirs(cache_dir):
+            continue
+        try:
+            source_hash, code = _rewrite_test(source, config)
+        except SyntaxError:
+            continue  # the import that needs it reports it
+        if _write_pyc(state, code, source_hash, pyc):
+            written += 1
+    return written

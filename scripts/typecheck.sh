@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Type-checks the whole import package wsnmom (core, topic_mapping, soap_frontend, every
 # adapter, the Spark bridge, the CLI and start-up, the clients and the test support) with
-# strict mypy, and the SOAP frontend tests' fake broker against the port it stands in for.
+# strict mypy, then the test suite's helpers, fixtures and conftests (tests/support,
+# tests/fixtures), and the SOAP frontend tests' fake broker against the port it stands in for.
 # mypy cannot follow setuptools' editable-install finder for the package-dir mapping, so the
 # import package is laid out as a tree of symlinks under .typecheck/ first.
 set -euo pipefail
@@ -18,5 +19,8 @@ for d in adapters/*/; do d=${d%/}; ln -s "../../../$d" "$root/$d"; done
 # every package of the distribution: core, topic_mapping, soap_frontend, the adapters, the
 # CLI and start-up, the clients and the test support
 MYPYPATH=.typecheck "${MYPY:-.venv/bin/mypy}" -p wsnmom "$@"
+# the test suite's own support: its helpers, fixtures and conftests
+mapfile -t conftests < <(find tests -name conftest.py | sort)
+MYPYPATH=.typecheck "${MYPY:-.venv/bin/mypy}" tests/support tests/fixtures "${conftests[@]}" "$@"
 # the frontend tests' fake broker must implement core.ports.BrokerPort like BrokerService
 MYPYPATH=.typecheck exec "${MYPY:-.venv/bin/mypy}" tests/soap_frontend/fake_service.py "$@"

@@ -36,7 +36,7 @@ from wsnmom.topic_mapping.topic_set import TopicSet
 from tests.support.waiting import wait_until
 
 NS = "urn:test:topics"
-NSMAP = {"t": NS}
+NSMAP: dict[str | None, str] = {"t": NS}
 
 
 def simple(text: str, ns: dict[str | None, str] | None = None) -> ExpressionSource:

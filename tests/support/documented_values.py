@@ -26,7 +26,9 @@ def _read(text: str, actual: object) -> object:
     text = re.sub(r"\s*\(.*\)$", "", text.strip())  # "268435456 (256 MiB)", "none (every topic)"
     text = text[1:-1] if text.startswith("`") and text.endswith("`") else text
     text = text.replace("~", HOME).replace("<data_dir>", f"{HOME}/.local/share/wsnmom")
-    words = {"none": type(actual)() if isinstance(actual, list | dict | str) else None}
+    words: dict[str, object] = {
+        "none": type(actual)() if isinstance(actual, list | dict | str) else None
+    }
     words |= {"[]": [], "{}": {}, "true": True, "false": False, '""': ""}
     if text in words:
         return words[text]

@@ -38,7 +38,7 @@ def start_get_messages(app: Wsgi, pull_point_id: str) -> tuple[str, Any]:
         method="POST",
         data=envelope("<wsnt:GetMessages/>"),
         content_type=content_type("1.2"),
-        headers={"Host": "127.0.0.1"},
+        headers=[("Host", "127.0.0.1")],
     ).get_environ()
     started: list[str] = []
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 __all__ = ["FINE", "SLOWEST", "wait_until"]
 
@@ -32,7 +32,7 @@ SLOWEST = 0.1
 
 
 def wait_until(
-    check: Callable[[], T],
+    check: Callable[[], T | Literal[False] | None],
     timeout: float = 10.0,
     *,
     what: str = "the condition",

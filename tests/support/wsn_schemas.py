@@ -53,7 +53,7 @@ def assert_valid(el: etree._Element | bytes) -> None:
     doc = etree.fromstring(etree.tostring(el))
     schema = wsn_schema()
     if not schema.validate(doc):
-        errors = "\n".join(str(e) for e in schema.error_log)
+        errors = str(schema.error_log)
         raise AssertionError(f"{doc.tag} is not schema-valid:\n{errors}\n{etree.tostring(doc)!r}")
 
 

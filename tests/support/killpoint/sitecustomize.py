@@ -65,7 +65,7 @@ def _killing_before(cls: type, method: str) -> None:
     setattr(cls, method, add)
 
 
-def _killing_put(cls: type) -> None:
+def _killing_put(cls: Any) -> None:
     real = cls.put_subscription
 
     def put(self: Any, record: Any) -> None:
@@ -89,7 +89,7 @@ def _killing_after(cls: type, method: str, getter: str) -> None:
     setattr(cls, method, delete)
 
 
-def _killing_after_purge(cls: type) -> None:
+def _killing_after_purge(cls: Any) -> None:
     real = cls.purge
 
     def purge(self: Any, pull_point_id: str) -> Any:

@@ -23,6 +23,7 @@ pytest.importorskip("confluent_kafka")
 pytest.importorskip("psycopg")
 
 from wsnmom.adapters.kafka.adapter import KafkaAdapter
+from wsnmom.adapters.logbase.kept import KeptPositions
 from wsnmom.core.adapter import OutboundMessage, SpecOrigin, Stream, SubscriptionSpec
 from wsnmom.core.coordination import Coordination
 from wsnmom.core.position_fence import FencedPositions
@@ -63,8 +64,11 @@ class Recording:
     def __init__(self, inner: FencedPositions) -> None:
         self.inner = inner
         self.refused: set[str] = set()
+        #: the names of each ``load`` the adapter asked (the test's own reads aside)
+        self.loads: list[list[str]] = []
 
     def load(self, names: Collection[str]) -> dict[str, dict[Stream, int]]:
+        self.loads.append(sorted(names))
         return self.inner.load(names)
 
     def load_all(self) -> dict[str, dict[Stream, int]]:
@@ -89,7 +93,7 @@ class Instance:
 
     def kept(self, name: str) -> int | None:
         assert self.keeper is not None
-        return offset(self.keeper.load([name]).get(name))
+        return offset(self.keeper.inner.load([name]).get(name))
 
     def group(self, name: str) -> int | None:
         """The offset in the subscription's consumer group (the mirror)."""
@@ -242,3 +246,36 @@ def test_deleting_a_subscription_deletes_its_kept_positions(
         WAIT,
         what="the kept positions and the group deleted",
     )
+
+
+def test_a_new_subscription_asks_neither_the_keeper_nor_the_group_where_it_starts(
+    cluster: Callable[..., Instance], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Subscribe's cursor (``origin`` "new": a fresh name, nothing of it stored yet)
+    starts at the end without a store read: before, the keeper's query and then the
+    group's were asked on every Subscribe.  Where it starts is still saved (into the
+    group), and a subscription followed from another instance still reads the keeper."""
+    a, b = cluster("a"), cluster("b")
+    a.adapter.publish_many([message(b"before")])  # a stream exists: its end is saved
+    kept = a.adapter.cursor_engine()._store  # the keeper over the group
+    assert isinstance(kept, KeptPositions)
+    mirror = kept.mirror
+    group_reads: list[str] = []
+    read_one = mirror.load_one
+
+    def counted(name: str) -> dict[Stream, int] | None:
+        group_reads.append(name)
+        return read_one(name)
+
+    monkeypatch.setattr(mirror, "load_one", counted)
+    assert a.keeper is not None and b.keeper is not None
+    handle = a.adapter.subscription(spec("n", "new"))
+    assert a.keeper.loads == [] and group_reads == []
+    assert a.group("n") == 1  # where it starts, saved by the instance that made it
+    b.adapter.subscription(spec("n", "elsewhere"))  # followed: the saved start is read
+    assert b.keeper.loads == [["n"]]
+    a.hold()
+    handle.start(got := Collector(), prefetch=10)
+    a.adapter.publish_many([message(b"after")])
+    assert [m.body for m in got.wait_for_body(b"after", WAIT)] == [b"after"]
+    wait_until(lambda: a.kept("n") == 2, WAIT, what="the position kept in the store")

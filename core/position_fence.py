@@ -40,6 +40,9 @@ class PositionTable(Protocol):
     def load_all(self) -> dict[str, dict[Stream, int]]:
         """Every row."""
 
+    def names(self) -> set[str]:
+        """The names that have rows (the orphan sweep's listing, ``core.orphans``)."""
+
     def save(self, rows: Collection[FencedRow]) -> set[str]:
         """Upsert the rows whose (shard, epoch) is still the shard's, in one statement
         that locks those shard rows; the names of the others."""

@@ -164,11 +164,13 @@ class PositionKeeper(Protocol):
     def load_all(self) -> dict[str, dict[Stream, int]]:
         """Every kept name's positions."""
 
-    def save(self, changes: Mapping[str, Mapping[Stream, int]]) -> set[str]:
+    def save(self, changes: Mapping[str, Mapping[Stream, int]]) -> dict[str, str]:
         """Keep these positions (the streams named are replaced, others kept), in one
-        statement; returns the names refused: this instance no longer holds the shard
-        the name is fenced by (another instance took it since, or this one never held
-        it).  Nothing of a refused name is written."""
+        statement; returns the names refused, each with why (words for a log line):
+        this instance does not hold the shard the name is fenced by (it let it go or its
+        lease lapsed: refused without asking the store), or the store found the shard's
+        epoch moved on (another instance took it over since).  Nothing of a refused name
+        is written."""
 
     def delete(self, names: Collection[str]) -> None:
         """Forget these names' positions (not fenced; unknown names are ignored)."""

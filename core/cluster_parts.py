@@ -88,6 +88,7 @@ class ClusterParts:
             table = self.cluster.coordination.positions()
             if table is not None:  # positions fenced by shard epochs in the store
                 ctx.adapter.positions_kept_by(FencedPositions(table, self.token))
+                orphans.kept = table.names  # rows no record names: swept after the grace
             ctx.adapter.kept_in_store(self.stored)
             ctx.adapter.kept_in_store_many(ctx.store.held)
             ctx.adapter.joined_as(ctx.instance_id)

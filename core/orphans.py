@@ -24,17 +24,22 @@ ways of finding orphans:
   (``Store.delete_subscription(intent=True)``) and removes it once the middleware's
   delete succeeded: a crash or a refused delete in between leaves it to the sweep.
 * **Listing**, where the adapter lists its durable subscriptions and only its own
-  (``Capabilities.own_names``: embedded, MQTT): it also finds orphans no intent names
-  (a failed delete, and those made before intents existed).  A listed name is removed
-  only after it was found without a record by every sweep for ``termination.orphan_grace``:
-  the round's time is read before the list, and the list before the store.
+  (``Capabilities.own_names``: embedded, MQTT), and, in cluster mode where core keeps the
+  adapter's delivery positions in the store (Kafka, ``core.position_fence``), the names
+  those positions are kept for (``kept``): it also finds orphans no intent names (a failed
+  delete, and those made before intents existed; on Kafka the rows, and through the
+  adapter's delete the consumer group, of a subscription whose delete was taken by the
+  adapter, so its intent dropped, and then failed until the process stopped).  A listed
+  name is removed only after it was found without a record by every sweep for
+  ``termination.orphan_grace``: the round's time is read before the list, and the list
+  before the store.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import UTC, datetime
 
 from wsnmom.core import metrics
@@ -71,6 +76,9 @@ class OrphanSweep:
         #: cluster mode: retires what departed instances kept (``core.departed``), run
         #: after each round of the leader's sweep
         self.departed: Callable[[], list[str]] | None = None
+        #: cluster mode with positions kept in the store: the names kept, listed with the
+        #: adapter's own (``PositionTable.names``)
+        self.kept: Callable[[], Collection[str]] | None = None
 
     def start(self) -> None:
         """Sweep every interval from now on (nothing when the sweep is off)."""
@@ -83,17 +91,23 @@ class OrphanSweep:
             self._task.stop()
 
     def _orphans(self) -> set[str] | None:
-        """The names the adapter lists that no stored subscription or pull point has
-        (dead-letter boxes aside: core's own); None when either cannot be read."""
+        """The names the adapter lists (``own_names``) and those positions are kept for
+        (``kept``) that no stored subscription or pull point has (dead-letter boxes
+        aside: core's own); None when any of them cannot be read."""
         ctx = self._ctx
+        listed: set[str] = set()
+        if ctx.adapter.capabilities.own_names:
+            try:
+                names = ctx.adapter.subscription_names()
+            except AdapterError as exc:
+                log.debug("orphan sweep: listing durable subscriptions failed: %s", exc)
+                return None
+            if names is None:
+                return None
+            listed.update(names)
         try:
-            listed = ctx.adapter.subscription_names()
-        except AdapterError as exc:
-            log.debug("orphan sweep: listing durable subscriptions failed: %s", exc)
-            return None
-        if listed is None:
-            return None
-        try:
+            if self.kept is not None:
+                listed.update(self.kept())
             # after the list: a record stored before the list was read is seen here
             known = {s.id for s in ctx.store.list_subscriptions()}
             known.update(p.id for p in ctx.store.list_pull_points())
@@ -109,14 +123,14 @@ class OrphanSweep:
         return [] if shared or self._task is None else self.sweep_intents(0.0)
 
     def sweep(self) -> list[str]:
-        """One round: the intents older than the grace, then (``own_names``) the listed
-        orphans found in every sweep for the grace, then (cluster mode) what departed
-        instances kept (``core.departed``); the names removed."""
+        """One round: the intents older than the grace, then (``own_names``, ``kept``)
+        the listed orphans found in every sweep for the grace, then (cluster mode) what
+        departed instances kept (``core.departed``); the names removed."""
         if not self._ctx.leads():
             self._seen.clear()  # a leader to come starts its own grace
             return []
         removed = self.sweep_intents(self.grace)
-        if self._ctx.adapter.capabilities.own_names:
+        if self._ctx.adapter.capabilities.own_names or self.kept is not None:
             removed += self._sweep_listed()
         if self.departed is not None:
             removed += self.departed()

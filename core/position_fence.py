@@ -7,7 +7,8 @@ gives it (``ClusterParts.token``: the shard the name is fenced by and the epoch 
 instance holds it with, a clean hand-back's during its grace), and the store's
 :class:`PositionTable` writes it in one statement only where that shard's epoch is still
 the one carried (``core.positions_postgres``).  A name without a token is refused
-without asking the store, as ``may_save`` refuses it.  A store only one instance opens
+without asking the store, as ``may_save`` refuses it; each refused name comes back with
+why (``NOT_HELD``, ``TAKEN_OVER``), for the adapter's log line.  A store only one instance opens
 (SQLite) has no such table: nobody else can take a shard there, and the adapter keeps its
 positions in the middleware as before.
 """
@@ -19,7 +20,12 @@ from typing import Protocol
 
 from wsnmom.core.adapter import Stream
 
-__all__ = ["FencedPositions", "FencedRow", "PositionTable"]
+__all__ = ["NOT_HELD", "TAKEN_OVER", "FencedPositions", "FencedRow", "PositionTable"]
+
+#: why a name is refused (``FencedPositions.save``): no token, so the store is not asked
+NOT_HELD = "this instance no longer holds its shard"
+#: why a name is refused: the store found its shard at another epoch than the token's
+TAKEN_OVER = "another instance took its shard over (the store refused the write)"
 
 #: one stream's position to write: name, log, partition, offset, shard, epoch
 FencedRow = tuple[str, str, int, int, int, int]
@@ -33,6 +39,9 @@ class PositionTable(Protocol):
 
     def load_all(self) -> dict[str, dict[Stream, int]]:
         """Every row."""
+
+    def names(self) -> set[str]:
+        """The names that have rows (the orphan sweep's listing, ``core.orphans``)."""
 
     def save(self, rows: Collection[FencedRow]) -> set[str]:
         """Upsert the rows whose (shard, epoch) is still the shard's, in one statement
@@ -57,13 +66,13 @@ class FencedPositions:
     def load_all(self) -> dict[str, dict[Stream, int]]:
         return self._table.load_all()
 
-    def save(self, changes: Mapping[str, Mapping[Stream, int]]) -> set[str]:
-        refused: set[str] = set()
+    def save(self, changes: Mapping[str, Mapping[Stream, int]]) -> dict[str, str]:
+        refused: dict[str, str] = {}
         rows: list[FencedRow] = []
         for name, positions in changes.items():
             token = self._token(name)
             if token is None:
-                refused.add(name)
+                refused[name] = NOT_HELD
                 continue
             shard, epoch = token
             rows.extend(
@@ -72,7 +81,7 @@ class FencedPositions:
                 if offset >= 0
             )
         if rows:
-            refused |= self._table.save(rows)
+            refused.update(dict.fromkeys(self._table.save(rows), TAKEN_OVER))
         return refused
 
     def delete(self, names: Collection[str]) -> None:

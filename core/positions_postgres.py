@@ -74,6 +74,11 @@ class PostgresPositions:
             ).fetchall()
         return _grouped(rows)
 
+    def names(self) -> set[str]:
+        with self._store.statement() as conn:
+            rows = conn.execute("SELECT DISTINCT name FROM wsnmom_positions").fetchall()
+        return {str(r[0]) for r in rows}
+
     def save(self, rows: Collection[FencedRow]) -> set[str]:
         if not rows:
             return set()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 
 from .backend import (
     HeadReader,
@@ -246,15 +247,16 @@ class Commits(EngineParts):
 
     @staticmethod
     def _drop_refused(
-        refused: set[str], changes: dict[str, dict[StreamId, int]], own: dict[str, int]
+        refused: Mapping[str, str], changes: dict[str, dict[StreamId, int]], own: dict[str, int]
     ) -> None:
         """Drop what core's keeper refused from what is recorded as saved: as a refusal of
-        the fence (``_fence``), for a write that passed it and found the shard taken over
-        by another instance once it reached the store (a process stopped in between)."""
-        for name in refused:
+        the fence (``_fence``), for a write that passed it and then found the shard gone
+        (let go since, or taken over by another instance once it reached the store: a
+        process stopped in between); logged with the keeper's words for which."""
+        for name, why in refused.items():
             changes.pop(name, None)
             own.pop(name, None)
-            log.info("position of %s not saved: another instance took its shard over", name)
+            log.info("position of %s not saved: %s", name, why)
 
     def _own_due(self, cursor: Cursor, now: float) -> dict[StreamId, int] | None:
         """The positions to save for attached ``cursor`` now, if it is due: marked by the

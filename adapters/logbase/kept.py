@@ -5,7 +5,7 @@ group per cursor) as a mirror and a fallback.
 :class:`KeptPositions` is the engine's ``PositionStore`` then.  Core's keeper is the
 truth: a cursor's saved positions are its rows there, written by one statement that lands
 only while this instance still holds the cursor's shard at the epoch it holds it with
-(``save_fenced``: the names refused come back, and the engine treats them as a refusal of
+(``save_fenced``: the names refused come back with why, and the engine treats them as a refusal of
 ``may_save``).  After an accepted save the same positions are written to the backend's
 store, best effort, so the middleware's tools still show each subscription's lag; that
 copy is read only for a cursor the keeper holds nothing of yet (where a new subscription
@@ -54,8 +54,8 @@ class KeptPositions:
         which is read while the keeper holds nothing of them."""
         self.mirror.save(changes)
 
-    def save_fenced(self, changes: Mapping[str, Mapping[StreamId, int]]) -> set[str]:
-        """Keep the positions (one fenced statement); the names refused.  The accepted
+    def save_fenced(self, changes: Mapping[str, Mapping[StreamId, int]]) -> dict[str, str]:
+        """Keep the positions (one fenced statement); the names refused, with why.  The accepted
         ones are then written to the mirror (a failure there is logged, not raised: the
         keeper holds them)."""
         refused = self.keeper.save(changes)

@@ -91,12 +91,15 @@ class Subscriptions(EngineParts):
         it at this instance's end and saved that, so the records published in between
         were skipped by whichever instance delivered it).  Else it is new: ``ends``,
         saved at once, so that whichever instance delivers it starts there and no record
-        published after it was made is skipped.  With whether it saved."""
+        published after it was made is skipped.  With whether it saved.  Made here by a
+        Subscribe a moment ago under a new name (``origin`` "new"), nothing of it can be
+        stored yet: the store is not asked (a query of core's keeper and one of the
+        backend's store saved on every Subscribe)."""
         store = self._store
         if store is None:
             return ends, False
         try:
-            saved = store.load_one(name)
+            saved = None if origin == "new" else store.load_one(name)
             if saved is not None:
                 return dict(saved), False
             if origin == "elsewhere":

@@ -13,6 +13,7 @@ continues from there."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -23,9 +24,10 @@ pytest.importorskip("confluent_kafka")
 pytest.importorskip("psycopg")
 
 from wsnmom.adapters.kafka.adapter import KafkaAdapter
+from wsnmom.adapters.logbase.kept import KeptPositions
 from wsnmom.core.adapter import OutboundMessage, SpecOrigin, Stream, SubscriptionSpec
 from wsnmom.core.coordination import Coordination
-from wsnmom.core.position_fence import FencedPositions
+from wsnmom.core.position_fence import NOT_HELD, TAKEN_OVER, FencedPositions
 from wsnmom.core.store import Store
 from wsnmom.core.store_url import open_store
 from wsnmom.topic_mapping.model import PathPattern, Topic
@@ -41,6 +43,8 @@ TOPIC = Topic(NS, ("line", "speed"))
 #: seconds to wait for what is expected; generous under load
 WAIT = 30.0
 LEASE = 30.0
+#: the cursor engine's logger (its refused position writes)
+ENGINE_LOG = "wsnmom.adapters.logbase.engine"
 
 
 def message(body: bytes) -> OutboundMessage:
@@ -63,16 +67,19 @@ class Recording:
     def __init__(self, inner: FencedPositions) -> None:
         self.inner = inner
         self.refused: set[str] = set()
+        #: the names of each ``load`` the adapter asked (the test's own reads aside)
+        self.loads: list[list[str]] = []
 
     def load(self, names: Collection[str]) -> dict[str, dict[Stream, int]]:
+        self.loads.append(sorted(names))
         return self.inner.load(names)
 
     def load_all(self) -> dict[str, dict[Stream, int]]:
         return self.inner.load_all()
 
-    def save(self, changes: Mapping[str, Mapping[Stream, int]]) -> set[str]:
+    def save(self, changes: Mapping[str, Mapping[Stream, int]]) -> dict[str, str]:
         refused = self.inner.save(changes)
-        self.refused |= refused
+        self.refused.update(refused)
         return refused
 
     def delete(self, names: Collection[str]) -> None:
@@ -89,7 +96,7 @@ class Instance:
 
     def kept(self, name: str) -> int | None:
         assert self.keeper is not None
-        return offset(self.keeper.load([name]).get(name))
+        return offset(self.keeper.inner.load([name]).get(name))
 
     def group(self, name: str) -> int | None:
         """The offset in the subscription's consumer group (the mirror)."""
@@ -161,9 +168,20 @@ def taken_over(make: Callable[..., Instance]) -> tuple[Instance, Instance, Colle
     return a, b, got_a
 
 
+def refusals(caplog: pytest.LogCaptureFixture, name: str) -> list[str]:
+    """The engine's log lines of ``name``'s refused position writes."""
+    start = f"position of {name} not saved: "
+    return [
+        r.getMessage()[len(start) :]
+        for r in caplog.records
+        if r.name == ENGINE_LOG and r.getMessage().startswith(start)
+    ]
+
+
 def test_a_zombies_late_position_write_is_refused_and_the_new_owners_stays(
-    cluster: Callable[..., Instance],
+    cluster: Callable[..., Instance], caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger=ENGINE_LOG)
     a, b, got_a = taken_over(cluster)
     b.adapter.subscription(spec("s", "elsewhere")).start(got_b := Collector(), prefetch=10)
     b.adapter.publish_many([message(b"m3")])
@@ -176,6 +194,30 @@ def test_a_zombies_late_position_write_is_refused_and_the_new_owners_stays(
     wait_until(lambda: "s" in a.keeper.refused, WAIT, what="the store refusing A's write")
     assert b.kept("s") == 4
     assert b.group("s") == 4  # a refused write is not mirrored either
+    assert set(refusals(caplog, "s")) == {TAKEN_OVER}
+
+
+def test_a_write_whose_shard_was_let_go_after_the_lease_check_is_refused_as_not_held(
+    cluster: Callable[..., Instance], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The lease check said yes, then the shard was let go before the keeper read its
+    token (a race of microseconds; here the check is bypassed and the token dropped):
+    refused without asking the store, and logged as that, not as a takeover (before, every
+    refusal was logged as "another instance took its shard over")."""
+    caplog.set_level(logging.INFO, logger=ENGINE_LOG)
+    a = cluster("a")
+    a.hold()
+    a.adapter.subscription(spec("s", "new")).start(got := Collector(ack=False), prefetch=10)
+    a.adapter.publish_many([message(b"m0"), message(b"m1")])
+    got.wait_for(2, WAIT)
+    got.received[0].ack()
+    wait_until(lambda: a.kept("s") == 1, WAIT, what="A saving the position past m0")
+    a.token[0] = None  # let go
+    got.received[1].ack()
+    assert a.keeper is not None
+    wait_until(lambda: "s" in a.keeper.refused, WAIT, what="the keeper refusing A's write")
+    assert a.kept("s") == 1
+    assert set(refusals(caplog, "s")) == {NOT_HELD}
 
 
 def test_a_purge_the_new_owner_answered_is_not_undone_by_the_zombie(
@@ -242,3 +284,36 @@ def test_deleting_a_subscription_deletes_its_kept_positions(
         WAIT,
         what="the kept positions and the group deleted",
     )
+
+
+def test_a_new_subscription_asks_neither_the_keeper_nor_the_group_where_it_starts(
+    cluster: Callable[..., Instance], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Subscribe's cursor (``origin`` "new": a fresh name, nothing of it stored yet)
+    starts at the end without a store read: before, the keeper's query and then the
+    group's were asked on every Subscribe.  Where it starts is still saved (into the
+    group), and a subscription followed from another instance still reads the keeper."""
+    a, b = cluster("a"), cluster("b")
+    a.adapter.publish_many([message(b"before")])  # a stream exists: its end is saved
+    kept = a.adapter.cursor_engine()._store  # the keeper over the group
+    assert isinstance(kept, KeptPositions)
+    mirror = kept.mirror
+    group_reads: list[str] = []
+    read_one = mirror.load_one
+
+    def counted(name: str) -> dict[Stream, int] | None:
+        group_reads.append(name)
+        return read_one(name)
+
+    monkeypatch.setattr(mirror, "load_one", counted)
+    assert a.keeper is not None and b.keeper is not None
+    handle = a.adapter.subscription(spec("n", "new"))
+    assert a.keeper.loads == [] and group_reads == []
+    assert a.group("n") == 1  # where it starts, saved by the instance that made it
+    b.adapter.subscription(spec("n", "elsewhere"))  # followed: the saved start is read
+    assert b.keeper.loads == [["n"]]
+    a.hold()
+    handle.start(got := Collector(), prefetch=10)
+    a.adapter.publish_many([message(b"after")])
+    assert [m.body for m in got.wait_for_body(b"after", WAIT)] == [b"after"]
+    wait_until(lambda: a.kept("n") == 2, WAIT, what="the position kept in the store")

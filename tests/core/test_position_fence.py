@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 from wsnmom.core.coordination import Coordination
-from wsnmom.core.position_fence import FencedPositions
+from wsnmom.core.position_fence import NOT_HELD, TAKEN_OVER, FencedPositions
 from wsnmom.core.store import Store
 from wsnmom.core.store_url import open_store
 
@@ -65,18 +65,20 @@ def test_a_zombies_write_is_refused_and_the_new_owners_position_stays(
     ca.join("http://a", "1", single_instance=False)
     epoch_a = ca.heartbeat(SHARDS, LEASE).held[0]
     zombie = keeper(ca, (0, epoch_a))
-    assert zombie.save({"s": {STREAM: 5}, "w": {STREAM: 1}}) == set()
+    assert zombie.save({"s": {STREAM: 5}, "w": {STREAM: 1}}) == {}
     epoch_a, epoch_b = taken_over(a, ca, cb)
     owner = keeper(cb, (0, epoch_b))
     assert owner.load(["s"]) == {"s": {STREAM: 5}}  # what A saved while it held it
-    assert owner.save({"s": {STREAM: 9}}) == set()
+    assert owner.save({"s": {STREAM: 9}}) == {}
     # A runs again: its write carries the epoch it held the shard with
-    assert zombie.save({"s": {STREAM: 6}, "w": {STREAM: 2}}) == {"s", "w"}
+    assert zombie.save({"s": {STREAM: 6}, "w": {STREAM: 2}}) == {"s": TAKEN_OVER, "w": TAKEN_OVER}
     assert owner.load(["s", "w"]) == {"s": {STREAM: 9}, "w": {STREAM: 1}}
     assert owner.load_all() == {"s": {STREAM: 9}, "w": {STREAM: 1}}
-    # a name without a token is refused without a write (``may_save`` says no)
+    # a name without a token is refused without a write (``may_save`` says no), and
+    # says so: not as a takeover the store found
     refusing = FencedPositions(zombie._table, lambda name: None)
-    assert refusing.save({"s": {STREAM: 1}}) == {"s"}
+    assert refusing.save({"s": {STREAM: 1}, "w": {STREAM: 3}}) == {"s": NOT_HELD, "w": NOT_HELD}
+    assert NOT_HELD != TAKEN_OVER
     owner.delete(["s"])
     assert owner.load(["s", "w"]) == {"w": {STREAM: 1}}
 
@@ -95,8 +97,8 @@ def test_a_write_waiting_behind_a_takeover_is_refused_once_it_commits(
     ca.join("http://a", "1", single_instance=False)
     epoch = ca.heartbeat(SHARDS, LEASE).held[0]
     zombie = keeper(ca, (0, epoch))
-    assert zombie.save({"s": {STREAM: 5}}) == set()
-    refused: list[set[str]] = []
+    assert zombie.save({"s": {STREAM: 5}}) == {}
+    refused: list[dict[str, str]] = []
     with psycopg.connect(postgres_store_url, application_name="taker") as taker:
         taker.execute("SELECT 1 FROM wsnmom_shards WHERE shard = 0 FOR UPDATE")
         saving = threading.Thread(target=lambda: refused.append(zombie.save({"s": {STREAM: 3}})))
@@ -106,7 +108,7 @@ def test_a_write_waiting_behind_a_takeover_is_refused_once_it_commits(
         taker.execute("UPDATE wsnmom_shards SET owner = 'b', epoch = epoch + 1 WHERE shard = 0")
         taker.commit()
         saving.join(10)
-    assert refused == [{"s"}]
+    assert refused == [{"s": TAKEN_OVER}]
     assert keeper(cb, (0, epoch + 1)).load(["s"]) == {"s": {STREAM: 5}}
 
 
@@ -119,9 +121,9 @@ def test_a_clean_hand_backs_final_positions_land_until_another_instance_takes_th
     epoch = ca.heartbeat(SHARDS, LEASE).held[0]
     handing = keeper(ca, (0, epoch))
     ca.release([0])  # handed back before the final position is saved
-    assert handing.save({"s": {STREAM: 7}}) == set()
+    assert handing.save({"s": {STREAM: 7}}) == {}
     cb.join("http://b", "1", single_instance=False)
     taken = cb.heartbeat(SHARDS, LEASE).held[0]
     assert taken == epoch + 1
-    assert handing.save({"s": {STREAM: 4}}) == {"s"}
+    assert handing.save({"s": {STREAM: 4}}) == {"s": TAKEN_OVER}
     assert keeper(cb, (0, taken)).load(["s"]) == {"s": {STREAM: 7}}

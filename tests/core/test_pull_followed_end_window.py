@@ -1,13 +1,15 @@
 """What a client sees while the stop of a feed whose end another instance made waits for
 an answer on its way (``PullFeeds.detach(here=False)``: the feed's handle stops, and the
 adapter forgets the durable subscription, once the answer settled, at most
-``pull_fed.SETTLE_WAIT`` later, on a thread of its own).  Meanwhile the feed is out of
-its pull point's reader, its handle still consuming: a new subscription to the same pull
-point is read at once, and what it and the held answer hand out comes once; a
-DestroyPullPoint meanwhile leaves that stop to finish as before.  The other instance is
-played by the store (the subscription's record deleted there, this instance following
-it as its follow thread does).  Run on the file-log reference adapter (core's buffer)
-and on the embedded one (native pull)."""
+``pull_fed.SETTLE_WAIT`` later, on a thread of its own).  The answer settles when the
+server closes its body after writing it whole (``soap_frontend.settled_answers``: the end
+of ``held_answer``'s block here), and the stop ends then, not ``SETTLE_WAIT`` later.
+Meanwhile the feed is out of its pull point's reader, its handle still consuming: a new
+subscription to the same pull point is read at once, and what it and the held answer hand
+out comes once; a DestroyPullPoint meanwhile leaves that stop to finish as before.  The
+other instance is played by the store (the subscription's record deleted there, this
+instance following it as its follow thread does).  Run on the file-log reference adapter
+(core's buffer) and on the embedded one (native pull)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import pytest
 from wsnmom.core import errors
 from wsnmom.core.model import CreatePullPointRequest, ExpressionSource
 from wsnmom.core.pull_buffer import PullBuffer
+from wsnmom.core.pull_fed import SETTLE_WAIT
 from wsnmom.core.service import BrokerService
 
 from tests.core.test_pull_feeds import FILELOG, XPATH
@@ -47,6 +50,15 @@ def _stop_of(sub_id: str) -> threading.Thread | None:
     return None
 
 
+def _ended_once_settled(stop: threading.Thread, caplog: pytest.LogCaptureFixture) -> None:
+    """The stop ended soon after the held answer settled (its body closed), well before
+    ``SETTLE_WAIT``, and without the warning of a stop that gave up waiting."""
+    stop.join(SETTLE_WAIT / 2)
+    assert not stop.is_alive(), "the stop still waits after the answer settled"
+    gave_up = [r.getMessage() for r in caplog.records if "still on its way" in r.getMessage()]
+    assert gave_up == []
+
+
 def _followed_end_waiting(service: BrokerService, pp_id: str, topic: str) -> str:
     """A subscription feeding ``pp_id`` on ``topic``, its message ``<m>0</m>`` waiting,
     and ended through another instance (its record deleted in the store, followed here)
@@ -65,11 +77,12 @@ def _followed_end_waiting(service: BrokerService, pp_id: str, topic: str) -> str
 
 
 def test_a_new_subscription_to_the_pull_point_while_the_stop_waits_hands_out_once(
-    service: BrokerService,
+    service: BrokerService, caplog: pytest.LogCaptureFixture
 ) -> None:
     app = wsgi_app(service)
     pp = service.create_pull_point(CreatePullPointRequest())
     old = _followed_end_waiting(service, pp.id, "t:w")
+    caplog.set_level(logging.WARNING, logger="wsnmom")
     with held_answer(app, pp.id) as held:  # takes <m>0</m>
         assert service.store.delete_subscription(old)
         assert service.follower.load("subscription", old) is None
@@ -84,8 +97,7 @@ def test_a_new_subscription_to_the_pull_point_while_the_stop_waits_hands_out_onc
         assert stop.is_alive()  # all that while the stop waited
         held.write()
     assert held.holds(b"<m>0</m>"), held.data
-    stop.join(15)
-    assert not stop.is_alive()
+    _ended_once_settled(stop, caplog)
     # the old feed's handle stopped and forgotten: the new subscription alone delivers
     service.notify([note("<m>2</m>", simple("t:w")), note("<m>sentinel</m>", simple("t:w"))])
     assert pulled_until_sentinel(service, pp.id) == [b"<m>2</m>", b"<m>sentinel</m>"]
@@ -104,10 +116,11 @@ def test_a_destroy_of_the_pull_point_while_the_stop_waits_leaves_it_to_finish(
         assert stop is not None and stop.is_alive()
         service.destroy_pull_point(pp.id)
         assert pp.id not in service.registry.pull_points
-        with caplog.at_level(logging.WARNING, logger="wsnmom"):
-            held.write()
-            stop.join(15)
-    assert not stop.is_alive()
+        caplog.set_level(logging.WARNING, logger="wsnmom")
+        held.write()
+        assert stop.is_alive()  # written, its body not closed yet: not settled
+    # closed: the written answer's settlement acknowledged <m>0</m> and counted it down
+    _ended_once_settled(stop, caplog)
     assert held.holds(b"<m>0</m>"), held.data
     failed = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
     assert failed == []

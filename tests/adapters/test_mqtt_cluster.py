@@ -238,7 +238,7 @@ def test_a_re_attach_through_another_instance_does_not_disturb_the_deliverer(
     a.publish(*[b"x%d" % i for i in range(10)], SENTINEL)
     wait_until(lambda: consumer.has(SENTINEL), 20, what="the sentinel through B")
     assert consumer.bodies() == [*[b"x%d" % i for i in range(10)], SENTINEL]
-    assert hb.connections == 1 and hb.connected
+    assert hb.await_connection(20) and hb.connections == 1  # installed at the SUBACK
 
 
 def test_a_deliverer_still_holding_the_lease_reconnects_after_being_cut_off(

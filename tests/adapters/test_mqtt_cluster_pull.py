@@ -107,7 +107,7 @@ def test_a_follower_that_finds_no_record_yet_does_not_cut_the_deliverer_off(
     a.publish(SENTINEL)
     wait_until(lambda: held.has(SENTINEL), 20, what="the sentinel through A")
     assert held.bodies() == [*bodies, SENTINEL]  # nothing again
-    assert handle.connections == 1 and handle.connected
+    assert handle.await_connection(20) and handle.connections == 1  # installed at the SUBACK
 
 
 def test_a_feed_stalled_at_a_message_put_off_hands_out_what_follows_in_order_once(

@@ -182,7 +182,10 @@ def test_a_store_that_cannot_answer_during_a_hand_over_ends_no_session(
     a.publish(b"while-unanswered")
     release.set()
     wait_until(lambda: cb.has(b"while-unanswered"), 20, what="the message published meanwhile")
-    assert hb.remade == 1 and hb.connected
+    # the session's queued messages may come before the connection is installed (at the
+    # broker's SUBACK): wait for that rather than read it at once
+    assert hb.await_connection(20)
+    assert hb.remade == 1
     assert not ca.has(b"while-unanswered")
 
 

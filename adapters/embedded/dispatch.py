@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from wsnmom.core.adapter import (
+    AdapterError,
     AdapterUnavailable,
 )
 
@@ -77,9 +78,20 @@ class Dispatch(EngineParts):
             self._holding = max(0, self._holding - 1)
             if self._holding:
                 return
+        with self.lock:
+            failed: BaseException | None = None
+            try:
+                self.end_batch()
+            except Exception as exc:
+                failed = exc
+            failed, self._batch_error = self._batch_error or failed, None
         # a handle that skipped its round joined ``started`` before it looked at
         # ``_holding``, so this query, made after ``_holding`` fell to 0, sees its queue
         self.schedule(h for sid in self.waiting() for h in tuple(self.started.get(sid, ())))
+        if failed is not None:
+            raise AdapterError(
+                f"the restore's new durable subscriptions were not committed: {failed}"
+            ) from failed
 
     def schedule_start(self, handle: EmbeddedHandle) -> None:
         """The first round of a handle just started (held back while restoring)."""

@@ -74,12 +74,14 @@ class Dispatch(EngineParts):
     def restored(self) -> None:
         """End a ``restoring``: schedule the started handles whose queues hold ready
         messages (the others are scheduled by the next publish that reaches them)."""
-        with self._cv:
-            self._holding = max(0, self._holding - 1)
-            if self._holding:
-                return
+        # under ``lock`` (then ``_cv``, the order of a commit that wakes handles): an
+        # attach, which holds ``lock``, sees ``_holding`` and the shared transaction agree
+        failed: BaseException | None = None
         with self.lock:
-            failed: BaseException | None = None
+            with self._cv:
+                self._holding = max(0, self._holding - 1)
+                if self._holding:
+                    return
             try:
                 self.end_batch()
             except Exception as exc:

@@ -150,7 +150,7 @@ class Subscriptions(EngineParts):
         """Insert a new durable subscription while core restores (``restoring`` ..
         ``restored``), in the transaction the restore's inserts share: a first start on
         a new middleware directory makes every durable subscription, and a transaction
-        each cost most of that start (docs/performance/findings.md, F31).  The shared
+        each cost most of that start (docs/performance/findings.md, F30).  The shared
         transaction is committed by :meth:`end_batch`: every :data:`_BATCH_ROWS` inserts,
         at ``restored``, and before any other transaction of the engine (so a message is
         never routed to a subscription whose row is not committed before it)."""

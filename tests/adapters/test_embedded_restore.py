@@ -6,13 +6,15 @@ queue delivers what arrives later, and a subscription that is not started keeps 
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from wsnmom.adapters.embedded import EmbeddedAdapter
-from wsnmom.core.adapter import OutboundMessage, Received, SubscriptionSpec
+from wsnmom.core.adapter import AdapterError, OutboundMessage, Received, SubscriptionSpec
 from wsnmom.topic_mapping.model import PathPattern, Topic
 
 from tests.support.waiting import wait_until
@@ -167,5 +169,55 @@ def test_subscriptions_made_while_restoring_are_kept_by_a_close_before_restored(
         h = b.subscription(_spec("h3", "t"))
         b.publish_many([_msg("t", b"x")])
         assert h.depth() == 1
+    finally:
+        b.close()
+
+
+class _FailingCommit:
+    """The engine's connection, whose next COMMIT fails (as on a full disk)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.armed = True
+
+    def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
+        if self.armed and sql == "COMMIT":
+            self.armed = False
+            raise sqlite3.OperationalError("database or disk is full")
+        return self.conn.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.conn, name)
+
+
+def test_a_failed_shared_commit_fails_the_restore_and_forgets_its_subscriptions(
+    store: Path,
+) -> None:
+    """Nothing is taken for made that is not committed: ``restored`` raises (the start
+    fails), the rolled-back subscriptions are forgotten, and an attach makes them again."""
+    url = f"embedded://{store}"
+    a = EmbeddedAdapter(url)
+    a.open()
+    try:
+        engine = a._engine
+        assert engine is not None
+        real = engine.conn
+        a.restoring()
+        for i in range(5):
+            a.subscription(_spec(f"f{i}", "t"))
+        engine.conn = _FailingCommit(real)  # type: ignore[assignment]
+        with pytest.raises(AdapterError, match="not committed"):
+            a.restored()
+        engine.conn = real
+        assert not {f"f{i}" for i in range(5)} & set(a.subscription_names() or [])
+        h = a.subscription(_spec("f2", "t"))
+        a.publish_many([_msg("t", b"x")])
+        assert h.depth() == 1
+    finally:
+        a.close()
+    b = EmbeddedAdapter(url)
+    b.open()
+    try:
+        assert b.subscription_names() == ["f2"]
     finally:
         b.close()

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from wsnmom.core.adapter import (
+    AdapterError,
     AdapterUnavailable,
 )
 
@@ -73,13 +74,26 @@ class Dispatch(EngineParts):
     def restored(self) -> None:
         """End a ``restoring``: schedule the started handles whose queues hold ready
         messages (the others are scheduled by the next publish that reaches them)."""
-        with self._cv:
-            self._holding = max(0, self._holding - 1)
-            if self._holding:
-                return
+        # under ``lock`` (then ``_cv``, the order of a commit that wakes handles): an
+        # attach, which holds ``lock``, sees ``_holding`` and the shared transaction agree
+        failed: BaseException | None = None
+        with self.lock:
+            with self._cv:
+                self._holding = max(0, self._holding - 1)
+                if self._holding:
+                    return
+            try:
+                self.end_batch()
+            except Exception as exc:
+                failed = exc
+            failed, self._batch_error = self._batch_error or failed, None
         # a handle that skipped its round joined ``started`` before it looked at
         # ``_holding``, so this query, made after ``_holding`` fell to 0, sees its queue
         self.schedule(h for sid in self.waiting() for h in tuple(self.started.get(sid, ())))
+        if failed is not None:
+            raise AdapterError(
+                f"the restore's new durable subscriptions were not committed: {failed}"
+            ) from failed
 
     def schedule_start(self, handle: EmbeddedHandle) -> None:
         """The first round of a handle just started (held back while restoring)."""

@@ -147,7 +147,7 @@ class Storage(EngineParts):
             return
         if size > JOURNAL_LIMIT:
             with self.lock:
-                if not self._closed:
+                if not self._closed and self._batch is None:
                     self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     def _vacuum_step(self) -> None:
@@ -155,7 +155,7 @@ class Storage(EngineParts):
         (``wsnmom.core.sqlite_space``; the checkpoint that follows shrinks the file)."""
         for _ in range(_VACUUM_STEPS):
             with self.lock:  # released between steps: publishes and takes go on
-                if self._closed or not vacuum_step(self.conn):
+                if self._closed or self._batch is not None or not vacuum_step(self.conn):
                     return
 
     @property
@@ -167,6 +167,7 @@ class Storage(EngineParts):
         """One write transaction; call with ``self.lock`` held."""
         if self._closed:
             raise AdapterUnavailable("the embedded adapter is closed")
+        self.end_batch()
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
         acks, self._pending_acks = self._pending_acks, []
@@ -195,6 +196,34 @@ class Storage(EngineParts):
             if acks:
                 self._kick()  # settle only wakes the dispatcher for a first pending ack
             raise
+
+    def end_batch(self) -> None:
+        """Commit the restore's shared transaction of new subscriptions, if one is open
+        (:meth:`Subscriptions._insert_batched`; call with ``self.lock`` held).  When the
+        commit fails, its subscriptions are forgotten (a later attach makes them again)
+        and ``restored`` reports the failure."""
+        if self._batch is None:
+            return
+        try:
+            self.conn.execute("COMMIT")
+        except BaseException as exc:
+            self._batch_error = exc
+            self._abort_batch()
+            raise
+        self._batch = None
+
+    def _abort_batch(self) -> None:
+        """Roll the restore's shared transaction back and forget its subscriptions."""
+        batch, self._batch = self._batch, None
+        if self.conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                self.conn.execute("ROLLBACK")
+        if batch:
+            self._forget(batch)
+            if self._batch_error is None:
+                self._batch_error = AdapterError(
+                    f"{len(batch)} new durable subscription(s) were rolled back"
+                )
 
     def _apply_acks(self, c: sqlite3.Connection, acks: list[tuple[int, int]]) -> None:
         """Delete acked rows (inside the current transaction) and release their messages."""

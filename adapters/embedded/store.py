@@ -118,6 +118,8 @@ class Engine(Storage, Subscriptions, Publishing, Queues, Limits, DeadLetters, Ou
         #: row holds the message itself
         self._current_mids = {}
         self._closed = False
+        self._batch = None
+        self._batch_error = None
         self._open_database(synchronous)
         self._stranded = self.conn.execute("SELECT 1 FROM stranded LIMIT 1").fetchone() is not None
         self.index = TopicIndex()
@@ -150,6 +152,8 @@ class Engine(Storage, Subscriptions, Publishing, Queues, Limits, DeadLetters, Ou
         with self._arrival:
             self._arrival.notify_all()
         with self.lock:
+            with contextlib.suppress(sqlite3.Error):
+                self.end_batch()
             if self._pending_acks:
                 with contextlib.suppress(sqlite3.Error):
                     self.conn.execute("BEGIN IMMEDIATE")

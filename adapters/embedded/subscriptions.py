@@ -7,6 +7,7 @@ import sqlite3
 from collections.abc import Mapping
 
 from wsnmom.core.adapter import (
+    AdapterUnavailable,
     QueueLimits,
     is_internal_namespace,
 )
@@ -21,6 +22,11 @@ from .records import (
     encode_limits,
     encode_patterns,
 )
+
+#: inserts of a restore that share one transaction at most (:meth:`Subscriptions._attach`)
+_BATCH_ROWS = 1000
+
+_INSERT = "INSERT INTO subscriptions(name, patterns, limits) VALUES (?, ?, ?)"
 
 
 class Subscriptions(EngineParts):
@@ -126,16 +132,51 @@ class Subscriptions(EngineParts):
                     with self.tx():
                         self._enforce_limits(known)
                 return known
-            with self.tx() as c:
-                cur = c.execute(
-                    "INSERT INTO subscriptions(name, patterns, limits) VALUES (?, ?, ?)",
-                    (name, enc_p, enc_l),
-                )
-                sid = cur.lastrowid
+            if self._holding:  # restoring: one transaction for many (:meth:`_insert_batched`)
+                sid = self._insert_batched(name, enc_p, enc_l)
+            else:
+                with self.tx() as c:
+                    sid = c.execute(_INSERT, (name, enc_p, enc_l)).lastrowid
             assert sid is not None
             st = SubState(sid, name, patterns, limits, dead_letters=dead_letters)
             self._install(st)
+            if self._batch is not None:
+                self._batch.append(st)
+                if len(self._batch) >= _BATCH_ROWS:
+                    self.end_batch()
             return st
+
+    def _insert_batched(self, name: str, enc_p: str | None, enc_l: str) -> int | None:
+        """Insert a new durable subscription while core restores (``restoring`` ..
+        ``restored``), in the transaction the restore's inserts share: a first start on
+        a new middleware directory makes every durable subscription, and a transaction
+        each cost most of that start (docs/performance/findings.md, F30).  The shared
+        transaction is committed by :meth:`end_batch`: every :data:`_BATCH_ROWS` inserts,
+        at ``restored``, and before any other transaction of the engine (so a message is
+        never routed to a subscription whose row is not committed before it)."""
+        if self._batch is None:
+            if self._closed:
+                raise AdapterUnavailable("the embedded adapter is closed")
+            self.conn.execute("BEGIN IMMEDIATE")
+            self._batch = []
+        try:
+            return self.conn.execute(_INSERT, (name, enc_p, enc_l)).lastrowid
+        except BaseException:
+            self._abort_batch()
+            raise
+
+    def _forget(self, batch: list[SubState]) -> None:
+        """Drop from memory the subscriptions of a batch that was rolled back (``restored``
+        then fails the start; a later attach makes them again).  Their handles leave the
+        started set and fetch nothing; they are not detached here, under ``lock``, which a
+        dispatcher round holding a handle may be waiting for."""
+        for st in batch:
+            if self.by_name.get(st.name) == st.id:
+                del self.by_name[st.name]
+            self.subs.pop(st.id, None)
+            self.index.remove(st.id)
+            self.match_all.discard(st.id)
+            self.started.pop(st.id, None)
 
     def delete_subscription(self, name: str) -> int | None:
         """Destroy ``name`` and its queue; returns its id (None when unknown)."""

@@ -131,7 +131,7 @@ class OrphanSweep:
             return []
         removed = self.sweep_intents(self.grace)
         if self._ctx.adapter.capabilities.own_names or self.kept is not None:
-            removed += self._sweep_listed()
+            removed += self._sweep_listed(set(removed))
         if self.departed is not None:
             removed += self.departed()
         return removed
@@ -184,8 +184,12 @@ class OrphanSweep:
         )
         return True
 
-    def _sweep_listed(self) -> list[str]:
-        """The listed orphans found in every sweep for the grace, removed."""
+    def _sweep_listed(self, just_removed: set[str]) -> list[str]:
+        """The listed orphans found in every sweep for the grace, removed; not those the
+        round's intents removed (``just_removed``): an adapter may delete after it
+        answered (Kafka's cursor engine queues the delete of a cursor's rows and group),
+        so they can still be listed, and were removed a second time.  Listed again in a
+        later round, such a name starts its grace anew."""
         ctx = self._ctx
         # the time of the round is its listing's, read before it: a round stopped after
         # its store read (SIGSTOP, then SIGCONT) counts none of the stop as time without
@@ -194,6 +198,7 @@ class OrphanSweep:
         orphans = self._orphans()
         if orphans is None:
             return []
+        orphans -= just_removed
         self._seen = {name: self._seen.get(name, now) for name in orphans}
         removed: list[str] = []
         for name, since in sorted(self._seen.items()):

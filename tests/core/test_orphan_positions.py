@@ -12,6 +12,7 @@ grace is passed by setting the sweep's clock."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -71,3 +72,36 @@ def test_kept_positions_no_record_names_are_removed_after_the_grace(
     service.notify([note("<m>1</m>", concrete(TOPIC))])
     got = outbound.wait_messages(CONSUMER, 2, timeout=30)
     assert [d.message.payload for d in got] == [b"<m>0</m>", b"<m>1</m>"]
+
+
+def test_an_orphan_its_intent_names_is_removed_once_while_its_rows_are_still_listed(
+    postgres_store_url: str,
+    make_broker: Callable[..., Broker],
+    kafka_url: str,
+) -> None:
+    """A round's intent sweep removes an orphan through the adapter, which deletes its rows
+    after answering (Kafka's cursor engine queues the delete): the same round's listing,
+    made while the rows are still there, does not remove it a second time.  The listing is
+    held to show the rows at that moment; before, the round removed the name twice."""
+    broker = make_broker(adapter_url=kafka_gateway_url(kafka_url), store_url=postgres_store_url)
+    service: BrokerService | None = broker.service
+    assert service is not None
+    wait_until(service.cluster.leads, 30, what="the instance leading")
+    clock = Monotonic()
+    service.orphans.clock = clock
+    service.orphans.grace = GRACE
+    with psycopg.connect(postgres_store_url) as conn:
+        conn.execute(
+            "INSERT INTO wsnmom_positions (name, stream, part, position) "
+            "VALUES ('orphan2', 'gone', 0, 3)"
+        )
+    assert service.orphans.sweep() == []  # listed first: the grace starts
+    service.store.put_intent("orphan2", datetime.now(UTC) - timedelta(seconds=10 * GRACE))
+    kept = service.orphans.kept
+    assert kept is not None
+    service.orphans.kept = lambda: {*kept(), "orphan2"}  # its rows' delete not made yet
+    clock.value += GRACE
+    assert service.orphans.sweep() == ["orphan2"]
+    service.orphans.kept = kept
+    wait_until(lambda: "orphan2" not in kept_names(postgres_store_url), 30, what="its rows gone")
+    assert service.store.list_intents() == []
